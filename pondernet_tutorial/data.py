@@ -1,0 +1,247 @@
+"""MNIST as tensors, batched rotation, and the Lightning data module.
+
+The whole of MNIST fits in memory (47 MB as uint8), so it is loaded once into tensors and served in
+batches by index: no per-image PIL transform. Rotation is applied to whole batches on the device with
+``affine_grid``/``grid_sample``, so a rotated epoch costs little more than a plain one.
+
+Where the data lives: the ``data_dir`` argument, overridden by the environment variable
+``PONDERNET_DATA_DIR``, defaulting to a user cache folder (``~/.cache/pondernet_tutorial``) where
+torchvision downloads MNIST on a machine with internet.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
+
+DATA_DIR_VARIABLE = "PONDERNET_DATA_DIR"
+DEFAULT_DATA_DIR = Path.home() / ".cache" / "pondernet_tutorial"
+MNIST_FILES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
+TRAIN_SIZE, VAL_SIZE = 55_000, 5_000
+SPLIT_SEED = 1234  # the fixed 55,000 / 5,000 split does not depend on the training seed
+
+
+class MNISTNotFoundError(FileNotFoundError):
+    """MNIST is neither on disk nor downloadable."""
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
+    """``$PONDERNET_DATA_DIR`` if set, else ``data_dir``, else ``~/.cache/pondernet_tutorial``."""
+    env = os.environ.get(DATA_DIR_VARIABLE)
+    if env:
+        return Path(env).expanduser()
+    return Path(data_dir).expanduser() if data_dir is not None else DEFAULT_DATA_DIR
+
+
+def load_mnist(train: bool, data_dir: str | os.PathLike | None = None) -> tuple[Tensor, Tensor]:
+    """Load an MNIST split as tensors, downloading it with torchvision if it is missing.
+
+    Returns:
+        images ``(M, 1, 28, 28)`` uint8 and labels ``(M,)`` int64.
+
+    Raises:
+        MNISTNotFoundError: offline with no copy on disk; the message names the files and the variable.
+    """
+    from torchvision.datasets import MNIST
+
+    root = resolve_data_dir(data_dir)
+    try:
+        dataset = MNIST(root=str(root), train=train, download=True)
+    except Exception as error:  # no network, or a partial download
+        raw = root / "MNIST" / "raw"
+        raise MNISTNotFoundError(
+            f"MNIST could not be found under {raw} nor downloaded ({type(error).__name__}: {error}).\n"
+            f"Put the four IDX files ({', '.join(MNIST_FILES)}) in {raw}, or set the environment "
+            f"variable {DATA_DIR_VARIABLE} to the folder that holds MNIST/raw/, or go online once "
+            "so that torchvision can download them."
+        ) from error
+    return dataset.data.unsqueeze(1).contiguous(), dataset.targets.long()
+
+
+def rotate(images: Tensor, angles_deg: Tensor) -> Tensor:
+    """Rotate a batch of images by per-image angles (counter-clockwise, degrees), bilinearly.
+
+    Args:
+        images: ``(B, C, H, W)`` float images; the background (0) fills the corners.
+        angles_deg: ``(B,)`` angles in degrees.
+
+    Returns:
+        ``(B, C, H, W)`` rotated images.
+    """
+    if images.dim() != 4 or angles_deg.shape != images.shape[:1]:
+        raise ValueError(
+            f"expected images (B, C, H, W) and angles (B,), got {tuple(images.shape)} and "
+            f"{tuple(angles_deg.shape)}."
+        )
+    theta = angles_deg.to(images.device, torch.float32) * (math.pi / 180.0)
+    cos, sin = torch.cos(theta), torch.sin(theta)
+    zero = torch.zeros_like(cos)
+    # The grid maps output to input coordinates: rotating the image by +θ samples it at −θ.
+    affine = torch.stack([torch.stack([cos, sin, zero], 1), torch.stack([-sin, cos, zero], 1)], 1)
+    if not images.is_floating_point():
+        raise ValueError(f"rotate needs float images, got {images.dtype}; use images.float() / 255.")
+    grid = F.affine_grid(affine.to(images.dtype), list(images.shape), align_corners=False)
+    return F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+
+
+def uniform_angles(n: int, max_deg: float, generator: torch.Generator | None = None) -> Tensor:
+    """``(n,)`` angles drawn uniformly in ``[−max_deg, +max_deg]``."""
+    return (torch.rand(n, generator=generator) * 2.0 - 1.0) * max_deg
+
+
+@dataclass(frozen=True)
+class RotationSpec:
+    """How a test set is rotated: by exactly ``degrees``, or uniformly within ±``degrees``."""
+
+    degrees: float
+    mode: str = "exact"  # "exact" or "uniform"
+
+    def __post_init__(self):
+        if self.mode not in ("exact", "uniform"):
+            raise ValueError(f"rotation mode must be 'exact' or 'uniform', got {self.mode!r}.")
+
+    @property
+    def name(self) -> str:
+        deg = f"{self.degrees:g}"
+        return f"rot{deg}" if self.mode == "exact" else f"rot_pm{deg}"
+
+    def apply(self, images: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """Rotate float images ``(B, 1, H, W)`` as specified (``generator`` for the uniform draw)."""
+        n = images.shape[0]
+        if self.mode == "exact":
+            angles = torch.full((n,), float(self.degrees))
+        else:
+            angles = uniform_angles(n, self.degrees, generator)
+        return rotate(images, angles) if self.degrees else images
+
+
+def rotated_test_set(images: Tensor, spec: RotationSpec, seed: int = 0, batch_size: int = 2048) -> Tensor:
+    """Rotate a whole test set reproducibly: float images in [0, 1], ``(M, 1, 28, 28)``."""
+    generator = torch.Generator().manual_seed(seed)
+    floats = images.float() / 255.0 if not images.is_floating_point() else images
+    return torch.cat([spec.apply(chunk, generator) for chunk in floats.split(batch_size)])
+
+
+class TensorBatches(Dataset):
+    """A dataset whose items are whole batches: ``dataset[list_of_indices] -> (images, labels)``.
+
+    Used with ``DataLoader(..., batch_size=None, sampler=BatchSampler(...))``, which avoids
+    stacking 128 single images per batch.
+    """
+
+    def __init__(self, images: Tensor, labels: Tensor):
+        self.images, self.labels = images, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, indices):
+        index = torch.as_tensor(indices)
+        images = self.images[index]
+        if not images.is_floating_point():
+            images = images.float().div_(255.0)
+        return images, self.labels[index]
+
+
+def batch_loader(images: Tensor, labels: Tensor, batch_size: int, shuffle: bool) -> DataLoader:
+    """A DataLoader that serves ``(images (B, 1, 28, 28) float, labels (B,))`` batches from tensors."""
+    dataset = TensorBatches(images, labels)
+    sampler = RandomSampler(dataset) if shuffle else SequentialSampler(dataset)
+    return DataLoader(dataset, batch_size=None, sampler=BatchSampler(sampler, batch_size, False))
+
+
+class MNISTDataModule(L.LightningDataModule):
+    """MNIST with a fixed 55,000 / 5,000 train/val split, optional rotations.
+
+    Args:
+        data_dir: where MNIST lives (``$PONDERNET_DATA_DIR`` overrides it).
+        batch_size: batch size of every loader.
+        train_rotation: rotate training (and validation) digits uniformly in ±``train_rotation``
+            degrees; 0 for plain MNIST. Training batches get fresh angles every epoch, drawn on the
+            device after transfer; the validation set is rotated once with a fixed seed.
+        test_rotations: one test set per entry: a :class:`RotationSpec`, or a number for an exact
+            angle. Default: the unrotated test set.
+        train_subset, test_subset: use only the first so many training / test images (quick runs).
+    """
+
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        batch_size: int = 128,
+        train_rotation: float = 0.0,
+        test_rotations: list | None = None,
+        train_subset: int | None = None,
+        test_subset: int | None = None,
+    ):
+        super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        if train_rotation < 0:
+            raise ValueError(
+                f"train_rotation is a half-range in degrees and must be >= 0, got {train_rotation}."
+            )
+        self.data_dir = data_dir
+        self.batch_size = batch_size
+        self.train_rotation = float(train_rotation)
+        specs = test_rotations if test_rotations is not None else [RotationSpec(0.0)]
+        self.test_specs = [s if isinstance(s, RotationSpec) else RotationSpec(float(s)) for s in specs]
+        self.train_subset, self.test_subset = train_subset, test_subset
+        self.save_hyperparameters(ignore=["data_dir"])
+
+    @property
+    def test_set_names(self) -> list[str]:
+        """Names of the test sets, in the order of the test dataloaders (e.g. ``rot45``, ``rot_pm45``)."""
+        return [spec.name for spec in self.test_specs]
+
+    def setup(self, stage: str | None = None) -> None:
+        if stage in (None, "fit", "validate") and not hasattr(self, "train_images"):
+            images, labels = load_mnist(train=True, data_dir=self.data_dir)
+            order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(SPLIT_SEED))
+            train_idx, val_idx = order[:TRAIN_SIZE], order[TRAIN_SIZE:]
+            if self.train_subset:
+                train_idx = train_idx[: self.train_subset]
+                val_idx = val_idx[: max(self.train_subset // 10, self.batch_size)]
+            self.train_images, self.train_labels = images[train_idx], labels[train_idx]
+            val_images = images[val_idx].float() / 255.0
+            if self.train_rotation:
+                val_images = rotated_test_set(val_images, RotationSpec(self.train_rotation, "uniform"))
+            self.val_images, self.val_labels = val_images, labels[val_idx]
+        if stage in (None, "test", "predict") and not hasattr(self, "test_sets"):
+            images, labels = load_mnist(train=False, data_dir=self.data_dir)
+            if self.test_subset:
+                images, labels = images[: self.test_subset], labels[: self.test_subset]
+            self.test_labels = labels
+            self.test_sets = [rotated_test_set(images, spec) for spec in self.test_specs]
+
+    def train_dataloader(self) -> DataLoader:
+        return batch_loader(self.train_images, self.train_labels, self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return batch_loader(self.val_images, self.val_labels, self.batch_size, shuffle=False)
+
+    def test_dataloader(self) -> list[DataLoader]:
+        return [batch_loader(x, self.test_labels, self.batch_size, shuffle=False) for x in self.test_sets]
+
+    def predict_dataloader(self) -> list[DataLoader]:
+        return self.test_dataloader()
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        """Rotate training batches by fresh uniform angles in ±``train_rotation``, on the device."""
+        images, labels = batch
+        if self.train_rotation and self.trainer is not None and self.trainer.training:
+            angles = uniform_angles(images.shape[0], self.train_rotation).to(images.device)
+            images = rotate(images, angles)
+        return images, labels

@@ -1,0 +1,166 @@
+"""Halting distributions, computed in log space.
+
+PonderNet's step function emits, at every step ``n``, the *conditional* probability ``λ_n`` of halting
+at step ``n`` given that it did not halt before. The *unconditional* probability of halting at ``n`` is
+
+    p_n = λ_n ∏_{j<n} (1 − λ_j),            λ_N = 1 at the last step N = max_steps.
+
+A product of many numbers in (0, 1) underflows quickly, so everything here works with logarithms of
+the λ *logits* ``z_n`` (``λ_n = sigmoid(z_n)``) and ``log σ(z) = logsigmoid(z)``,
+``log(1 − σ(z)) = logsigmoid(−z)``, both finite for every finite ``z``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def check_lambda_p(lambda_p: float) -> float:
+    """Return ``lambda_p`` as a float or raise a ``ValueError`` that says what is allowed."""
+    lambda_p = float(lambda_p)
+    if not 0.0 < lambda_p <= 1.0:
+        raise ValueError(
+            f"lambda_p must lie in (0, 1], got {lambda_p}. It is the prior's per-step halting "
+            "probability: the geometric prior has mean 1/lambda_p steps (0.2 gives 5 steps)."
+        )
+    return lambda_p
+
+
+def check_max_steps(max_steps: int) -> int:
+    """Return ``max_steps`` as an int or raise a ``ValueError`` that says what is allowed."""
+    if isinstance(max_steps, bool) or int(max_steps) != max_steps or max_steps < 1:
+        raise ValueError(f"max_steps must be an integer >= 1, got {max_steps!r}.")
+    return int(max_steps)
+
+
+def log_halting_distribution(lambda_logits: Tensor) -> Tensor:
+    """Log of the unconditional halting distribution ``log p_n`` from the λ logits.
+
+    Args:
+        lambda_logits: ``(N, B)`` logits ``z_n`` of λ_n for steps n = 1..N. The last row is ignored:
+            λ_N = 1 by definition, so all mass left at the last step halts there.
+
+    Returns:
+        ``(N, B)`` tensor of ``log p_n``; ``p.exp().sum(0) == 1`` for every sample.
+    """
+    if lambda_logits.dim() != 2:
+        raise ValueError(
+            f"lambda_logits must have shape (max_steps, batch), got {tuple(lambda_logits.shape)}."
+        )
+    log_lambda = F.logsigmoid(lambda_logits)  # log λ_n
+    log_not_lambda = F.logsigmoid(-lambda_logits)  # log (1 − λ_n)
+    # λ_N = 1 at the last step: log λ_N = 0.
+    log_lambda = torch.cat([log_lambda[:-1], torch.zeros_like(log_lambda[-1:])], dim=0)
+    # Σ_{j<n} log(1 − λ_j): an exclusive cumulative sum (0 for n = 1).
+    log_survival = torch.cumsum(log_not_lambda, dim=0) - log_not_lambda
+    return log_lambda + log_survival  # log p_n = log λ_n + Σ_{j<n} log(1 − λ_j)
+
+
+def expected_steps(log_p: Tensor) -> Tensor:
+    """Expected number of steps ``E[n] = Σ_n n · p_n``.
+
+    Args:
+        log_p: ``(N, B)`` log halting distribution.
+
+    Returns:
+        ``(B,)`` expected steps, between 1 and N.
+    """
+    steps = torch.arange(1, log_p.shape[0] + 1, device=log_p.device, dtype=log_p.dtype)
+    return (log_p.exp() * steps[:, None]).sum(0)
+
+
+def sample_halt(lambda_logit: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """Flip the halting coin of one step: ``halt ~ Bernoulli(λ_n)`` for every sample.
+
+    The uniform numbers are drawn on the CPU (from ``generator`` when given) and then moved to the
+    logits' device, so a seeded generator gives the same halts on CPU, CUDA and MPS.
+
+    Args:
+        lambda_logit: ``(B,)`` λ logits of the current step.
+
+    Returns:
+        ``(B,)`` boolean tensor, True where the coin says "halt".
+    """
+    u = torch.rand(lambda_logit.shape, generator=generator).to(lambda_logit.device)
+    return u < torch.sigmoid(lambda_logit.float())
+
+
+def sample_halting_step(lambda_logits: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """Sample the halting step from a full unroll, flipping the coins step by step.
+
+    Draws exactly the random numbers that :class:`~pondernet_tutorial.model.PonderNet` draws when it
+    stops early, so with generators seeded alike both give the same halting steps.
+
+    Args:
+        lambda_logits: ``(N, B)`` λ logits; the last step always halts (λ_N = 1).
+
+    Returns:
+        ``(B,)`` long tensor of halting steps in 1..N.
+    """
+    n_steps, batch = lambda_logits.shape
+    halt_step = torch.full((batch,), n_steps, dtype=torch.long, device=lambda_logits.device)
+    running = torch.ones(batch, dtype=torch.bool, device=lambda_logits.device)
+    for n in range(n_steps - 1):
+        halts = sample_halt(lambda_logits[n], generator) & running
+        halt_step[halts] = n + 1
+        running &= ~halts
+        if not running.any():
+            break
+    return halt_step
+
+
+def threshold_halting_step(log_p: Tensor, threshold: float = 0.5) -> Tensor:
+    """Deterministic halting: the first step at which the cumulative ``Σ_{j≤n} p_j`` reaches ``threshold``.
+
+    With ``threshold=0.5`` this is the median of the halting distribution.
+
+    Args:
+        log_p: ``(N, B)`` log halting distribution.
+
+    Returns:
+        ``(B,)`` long tensor of halting steps in 1..N.
+    """
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"threshold must lie in (0, 1], got {threshold}.")
+    cdf = torch.cumsum(log_p.exp(), dim=0)
+    reached = cdf >= threshold - 1e-6
+    reached[-1] = True  # the last step always halts
+    return reached.float().argmax(dim=0) + 1  # argmax gives the first True
+
+
+def geometric_prior(
+    lambda_p: float, max_steps: int, renormalize: bool = False, device=None, dtype=torch.float32
+) -> Tensor:
+    """Truncated geometric prior ``p_G(n) = λ_p (1 − λ_p)^{n−1}`` for n = 1..max_steps.
+
+    Args:
+        lambda_p: per-step halting probability of the prior, in (0, 1]; its mean is 1/λ_p steps.
+        max_steps: N, where the prior is truncated.
+        renormalize: divide by ``1 − (1 − λ_p)^N`` so that the truncated prior sums to 1. The paper's
+            prior is the geometric pmf itself (the default), which misses the mass beyond N.
+
+    Returns:
+        ``(N,)`` tensor of prior probabilities.
+    """
+    return log_geometric_prior(lambda_p, max_steps, renormalize, device, dtype).exp()
+
+
+def log_geometric_prior(
+    lambda_p: float, max_steps: int, renormalize: bool = False, device=None, dtype=torch.float32
+) -> Tensor:
+    """Log of :func:`geometric_prior`, ``(N,)``; computed in float64 and then cast."""
+    lambda_p = check_lambda_p(lambda_p)
+    max_steps = check_max_steps(max_steps)
+    n = torch.arange(max_steps, dtype=torch.float64)
+    if lambda_p == 1.0:  # all mass on the first step; log 0 = −inf elsewhere is avoided with a floor
+        log_prior = torch.full((max_steps,), -1e4, dtype=torch.float64)
+        log_prior[0] = 0.0
+    else:
+        log_prior = torch.log(torch.tensor(lambda_p, dtype=torch.float64)) + n * torch.log1p(
+            torch.tensor(-lambda_p, dtype=torch.float64)
+        )
+        if renormalize:
+            log_prior = log_prior - torch.log1p(-((1.0 - lambda_p) ** max_steps))
+    return log_prior.to(device=device, dtype=dtype)
