@@ -133,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_rep.add_argument("--overwrite", action="store_true", help="retrain runs already in the results folder")
     p_rep.add_argument(
+        "--reevaluate",
+        action="store_true",
+        help="evaluate existing runs again, rewriting their per-sample tables",
+    )
+    p_rep.add_argument(
         "--ship",
         action="store_true",
         help="write into the package's pretrained/ folder, replacing the shipped results",
@@ -179,6 +184,7 @@ def main(argv=None) -> int:
             args.limit,
             args.overwrite,
             args.ship,
+            args.reevaluate,
         )
     return 0
 

@@ -89,8 +89,9 @@ def rotate(images: Tensor, angles_deg: Tensor) -> Tensor:
     theta = angles_deg.to(images.device, torch.float32) * (math.pi / 180.0)
     cos, sin = torch.cos(theta), torch.sin(theta)
     zero = torch.zeros_like(cos)
-    # The grid maps output to input coordinates: rotating the image by +θ samples it at −θ.
-    affine = torch.stack([torch.stack([cos, sin, zero], 1), torch.stack([-sin, cos, zero], 1)], 1)
+    # The grid maps output to input pixel coordinates (x right, y down); this matrix turns the digit
+    # counter-clockwise on screen, like torchvision's rotate and np.rot90.
+    affine = torch.stack([torch.stack([cos, -sin, zero], 1), torch.stack([sin, cos, zero], 1)], 1)
     if not images.is_floating_point():
         raise ValueError(f"rotate needs float images, got {images.dtype}; use images.float() / 255.")
     grid = F.affine_grid(affine.to(images.dtype), list(images.shape), align_corners=False)

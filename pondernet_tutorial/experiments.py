@@ -118,6 +118,7 @@ def reproduce(
     limit: int | None = None,
     overwrite: bool = False,
     ship: bool = False,
+    reevaluate: bool = False,
 ) -> dict[str, pd.DataFrame]:
     """Train (or reuse) every run, evaluate it on the rotation sweep, aggregate, draw the figures.
 
@@ -128,6 +129,7 @@ def reproduce(
         base: the training configuration shared by all runs (reference defaults).
         limit: evaluate on the first ``limit`` test images only (quick runs).
         ship: write into the package's ``pretrained/`` folder (``output_dir`` is then ignored).
+        reevaluate: evaluate the runs again even where their per-sample tables exist.
     """
     base = base or TrainConfig()
     root = PRETRAINED_DIR if ship else Path(output_dir)
@@ -143,7 +145,7 @@ def reproduce(
                 print(f"== training {experiment}, seed {seed} -> {config.run_dir}", flush=True)
                 train(config, overwrite=True)
             print(f"== evaluating {experiment}, seed {seed}", flush=True)
-            evaluate_run(config.run_dir, base.data_dir, limit, test_data, overwrite=trained)
+            evaluate_run(config.run_dir, base.data_dir, limit, test_data, overwrite=trained or reevaluate)
     tables = aggregate(root)
     save_figures(root, tables, base.lambda_p, base.max_steps)
     summary = {"seconds": round(time.perf_counter() - start, 1), "root": str(root)}

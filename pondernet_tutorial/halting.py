@@ -12,6 +12,8 @@ the λ *logits* ``z_n`` (``λ_n = sigmoid(z_n)``) and ``log σ(z) = logsigmoid(z
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -54,7 +56,7 @@ def log_halting_distribution(lambda_logits: Tensor) -> Tensor:
     # λ_N = 1 at the last step: log λ_N = 0.
     log_lambda = torch.cat([log_lambda[:-1], torch.zeros_like(log_lambda[-1:])], dim=0)
     # Σ_{j<n} log(1 − λ_j): an exclusive cumulative sum (0 for n = 1).
-    log_survival = torch.cumsum(log_not_lambda, dim=0) - log_not_lambda
+    log_survival = torch.cat([torch.zeros_like(log_not_lambda[:1]), torch.cumsum(log_not_lambda[:-1], dim=0)])
     return log_lambda + log_survival  # log p_n = log λ_n + Σ_{j<n} log(1 − λ_j)
 
 
@@ -162,5 +164,5 @@ def log_geometric_prior(
             torch.tensor(-lambda_p, dtype=torch.float64)
         )
         if renormalize:
-            log_prior = log_prior - torch.log1p(-((1.0 - lambda_p) ** max_steps))
+            log_prior = log_prior - math.log1p(-((1.0 - lambda_p) ** max_steps))  # ÷ Σ_{n≤N} p_G(n)
     return log_prior.to(device=device, dtype=dtype)
