@@ -59,7 +59,8 @@ def evaluate_images(
     model.eval()
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
-    uniforms = torch.rand(model.max_steps, len(labels), generator=generator)
+    # one row of N coins per sample, drawn in sample order: a prefix of the set gets the same coins
+    uniforms = torch.rand(len(labels), model.max_steps, generator=generator).T
     rows = []
     for start in range(0, len(labels), batch_size):
         x = images[start : start + batch_size].to(device)
