@@ -6,13 +6,15 @@ such module into PonderNet:
 
 * in training (``halting="full"``) it unrolls all ``N = max_steps`` steps and returns every
   prediction with the halting distribution ``log p_n``, which the losses need;
-* at inference (``halting="sample"``) it flips the coin ``Bernoulli(λ_n)`` after each step and stops
-  as soon as every sample in the batch has halted, so an easy batch costs fewer steps;
+* at inference (``halting="sample"``) it flips the coin ``Bernoulli(λ_n)`` after each step; a sample
+  that halts is dropped from the computation, and the loop stops as soon as every sample in the
+  batch has halted, so the cost follows each sample's own number of steps;
 * ``halting="threshold"`` halts deterministically where the cumulative ``Σ p`` first reaches a
   threshold (0.5: the median), also stopping early.
 
-The input rarely changes between steps, so the step function may split off an ``encode`` that runs
-once per forward pass (for MNIST: the CNN); its result is what each step sees.
+The input does not change between steps, so the step function may split off an ``encode`` that runs
+once per forward pass (for MNIST: the CNN); its result, the *context*, is what each step sees. The
+context and the hidden state are tensors whose first axis is the batch.
 """
 
 from __future__ import annotations
@@ -58,8 +60,10 @@ class PonderOutput:
     """What :class:`PonderNet` returns.
 
     Attributes:
-        logits: ``(S, B, C)`` predictions of the ``S`` steps that ran (``S == N`` in full mode).
-        lambda_logits: ``(S, B)`` halting logits ``z_n``, ``λ_n = sigmoid(z_n)``.
+        logits: ``(S, B, C)`` predictions of the ``S`` steps that ran (``S == N`` in full mode). In
+            the early-exit modes a sample is no longer computed after its halting step: its later
+            entries hold 0.
+        lambda_logits: ``(S, B)`` halting logits ``z_n``, ``λ_n = sigmoid(z_n)`` (0 after a halt).
         log_p: ``(N, B)`` log halting distribution; only in full mode (else None).
         halt_step: ``(B,)`` halting step in 1..S; sampled or by threshold (None in full mode unless
             sampling was asked for).
@@ -133,22 +137,30 @@ class PonderNet(nn.Module):
         batch = h.shape[0]
         running = torch.ones(batch, dtype=torch.bool, device=h.device)
         halt_step = torch.full((batch,), self.max_steps, dtype=torch.long, device=h.device)
-        log_survival = torch.zeros(batch, device=h.device)  # Σ_{j<n} log(1 − λ_j), for "threshold"
+        log_survival = torch.zeros(batch, device=h.device)  # Σ_{j≤n} log(1 − λ_j), for "threshold"
+        active = torch.arange(batch, device=h.device)  # the samples still computing
         for n in range(1, self.max_steps + 1):
             y_n, z_n, h = self.step_function.step(context, h)
-            logits.append(y_n)
-            lambda_logits.append(z_n)
-            if halting == "full" or n == self.max_steps:
+            if halting == "full":
+                logits.append(y_n)
+                lambda_logits.append(z_n)
                 continue
+            # Halted samples are no longer computed: scatter the active rows into full-batch tensors.
+            logits.append(y_n.new_zeros((batch, *y_n.shape[1:])).index_copy(0, active, y_n))
+            lambda_logits.append(z_n.new_zeros(batch).index_copy(0, active, z_n))
+            if n == self.max_steps:
+                break  # λ_N = 1: whoever is left halts here
             if halting == "sample":
-                halts = sample_halt(z_n, generator) & running  # halt ~ Bernoulli(λ_n)
-            else:  # halt once 1 − Π_{j≤n}(1 − λ_j) = Σ_{j≤n} p_j reaches the threshold
-                log_survival = log_survival + nn.functional.logsigmoid(-z_n.float())
+                halts = sample_halt(lambda_logits[-1], generator) & running  # halt ~ Bernoulli(λ_n)
+            else:  # halt once Σ_{j≤n} p_j = 1 − Π_{j≤n}(1 − λ_j) reaches the threshold
+                log_survival[active] += nn.functional.logsigmoid(-z_n.float())
                 halts = (-torch.expm1(log_survival) >= self.threshold - 1e-6) & running
             halt_step[halts] = n
             running &= ~halts
             if not running.any():
                 break  # every sample has halted: the remaining steps are never computed
+            keep = running[active]  # drop the samples that just halted from the computation
+            active, context, h = active[keep], context[keep], h[keep]
 
         logits_t = torch.stack(logits)  # (S, B, C)
         lambda_t = torch.stack(lambda_logits)  # (S, B)
