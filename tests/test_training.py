@@ -60,7 +60,9 @@ def test_shipped_model_reproduces_its_per_sample_table(needs_mnist):
         for column in ("label", "prediction", "halt_step"):
             assert (new[column].values == old[column].values).all(), (spec.name, column)
         for column in ("expected_steps", "entropy"):
-            pd.testing.assert_series_equal(new[column], old[column], rtol=2e-3, atol=2e-4, check_names=False)
+            pd.testing.assert_series_equal(
+                new[column], old[column], rtol=2e-3, atol=2e-4, check_names=False, check_dtype=False
+            )
 
 
 @pytest.mark.skipif(not available_pretrained(), reason="no shipped models")
