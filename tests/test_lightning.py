@@ -97,3 +97,14 @@ def test_damaged_and_mismatched_checkpoints(tmp_path):
     torch.save({"weights": 1}, tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="not a PonderNet checkpoint"):
         load_model(tmp_path / "other.pt")
+
+
+def test_lightning_ckpt_loads_weights_only(tmp_path):
+    module = PonderLitModule(max_steps=4)
+    t = trainer(limit_train_batches=1, limit_val_batches=1)
+    t.fit(module, fake_loader(), fake_loader())
+    t.save_checkpoint(tmp_path / "run.ckpt")
+    loaded = load_model(tmp_path / "run.ckpt")
+    assert loaded.hparams.max_steps == 4
+    for a, b in zip(module.state_dict().values(), loaded.state_dict().values()):
+        assert torch.equal(a, b)
