@@ -8,7 +8,6 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from .halting import check_lambda_p, check_max_steps
 from .losses import KL_DIRECTIONS, PonderLoss
 from .mnist_step import mnist_pondernet
 from .model import PonderOutput
@@ -64,10 +63,7 @@ class PonderLitModule(L.LightningModule):
         eval_seed: int = 0,
     ):
         super().__init__()
-        check_max_steps(max_steps)
-        check_lambda_p(lambda_p)
-        if beta < 0:
-            raise ValueError(f"beta must be >= 0, got {beta}.")
+        # max_steps, lambda_p and beta are checked by mnist_pondernet and PonderLoss below.
         if kl_direction not in KL_DIRECTIONS:
             raise ValueError(f"kl_direction must be one of {KL_DIRECTIONS}, got {kl_direction!r}.")
         if lr <= 0:

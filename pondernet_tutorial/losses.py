@@ -20,6 +20,13 @@ from .halting import check_lambda_p, check_max_steps, log_geometric_prior
 KL_DIRECTIONS = ("forward", "reverse")
 
 
+def check_beta(beta: float) -> float:
+    """Return ``beta`` as a float or raise a ``ValueError``: the KL weight must be >= 0."""
+    if not beta >= 0:
+        raise ValueError(f"beta must be >= 0, got {beta}.")
+    return float(beta)
+
+
 class ReconstructionLoss(nn.Module):
     """Expected per-sample loss over the halting step, ``mean_b Σ_n p_{n,b} · ℒ(y_b, ŷ_{n,b})``.
 
@@ -121,9 +128,7 @@ class PonderLoss(nn.Module):
         renormalize_prior: bool = False,
     ):
         super().__init__()
-        if beta < 0:
-            raise ValueError(f"beta must be >= 0, got {beta}.")
-        self.beta = float(beta)
+        self.beta = check_beta(beta)
         self.reconstruction = ReconstructionLoss()
         self.regularization = RegularizationLoss(lambda_p, max_steps, direction, renormalize_prior)
 

@@ -25,6 +25,7 @@ from .checkpoints import save_weights
 from .data import MNISTDataModule
 from .halting import check_lambda_p, check_max_steps
 from .lightning_module import PonderLitModule
+from .losses import check_beta
 
 TRAIN_ROTATION = {"interpolation": 0.0, "extrapolation": 22.5}
 
@@ -64,8 +65,7 @@ class TrainConfig:
             raise ValueError(f"experiment must be one of {tuple(TRAIN_ROTATION)}, got {self.experiment!r}.")
         check_lambda_p(self.lambda_p)
         check_max_steps(self.max_steps)
-        if self.beta < 0:
-            raise ValueError(f"beta must be >= 0, got {self.beta}.")
+        check_beta(self.beta)
         if self.epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}.")
         if self.logger not in ("csv", "tensorboard", "wandb"):
