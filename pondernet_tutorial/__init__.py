@@ -1,51 +1,61 @@
 """PonderNet, explained: the package behind the tutorial book.
 
-The pieces, from the bottom up:
+Where things go:
 
-* :mod:`~pondernet_tutorial.halting`: λ → p in log space, the geometric prior, halting rules;
-* :mod:`~pondernet_tutorial.losses`: reconstruction and KL regularisation, vectorised;
-* :mod:`~pondernet_tutorial.model`: :class:`PonderNet`, which unrolls any step function;
-* :mod:`~pondernet_tutorial.mnist_step`: the book's MNIST step function;
-* :mod:`~pondernet_tutorial.data`: MNIST as tensors, batched rotation, the data module;
-* :mod:`~pondernet_tutorial.lightning_module`: the LightningModule;
-* :mod:`~pondernet_tutorial.checkpoints`: weights-only checkpoints and the shipped models.
+* a **step function** (the network applied at every step) is a
+  :class:`~pondernet_tutorial.steps.base.StepFunction` in ``steps/`` (``steps/mnist.py``,
+  ``steps/parity.py``), registered by name in :data:`pondernet_tutorial.steps.STEPS`;
+* a **halting method** (how a step function decides when to stop, and how that is trained) is a
+  :class:`~pondernet_tutorial.methods.base.PonderingMethod` in ``methods/`` (PonderNet, ACT, the
+  fixed-step baseline), registered in :data:`pondernet_tutorial.methods.METHODS`;
+* an **experiment** (a data module, a default step function, training defaults) is one entry of
+  :data:`pondernet_tutorial.registry.EXPERIMENTS`, its data module in ``data/``.
+
+Everything above those is generic: :mod:`~pondernet_tutorial.halting` and
+:mod:`~pondernet_tutorial.losses` (PonderNet's equations), :mod:`~pondernet_tutorial.config` (a run's
+configuration and folder), :mod:`~pondernet_tutorial.lightning_module`,
+:mod:`~pondernet_tutorial.training`, :mod:`~pondernet_tutorial.evaluation`,
+:mod:`~pondernet_tutorial.checkpoints` (weights-only files and the shipped runs),
+:mod:`~pondernet_tutorial.studies` (the runs behind the book) and the command line
+(``python -m pondernet_tutorial``).
+
+The names below are imported when first used, so ``import pondernet_tutorial.halting`` loads PyTorch
+but not Lightning.
 """
 
-from .data import MNISTDataModule, RotationSpec, load_mnist, resolve_data_dir, rotate
-from .halting import (
-    expected_steps,
-    geometric_prior,
-    log_geometric_prior,
-    log_halting_distribution,
-    sample_halting_step,
-    threshold_halting_step,
-)
-from .lightning_module import PonderLitModule
-from .losses import PonderLoss, ReconstructionLoss, RegularizationLoss
-from .mnist_step import MNISTStep, mnist_pondernet
-from .model import PonderNet, PonderOutput, StepFunction
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
 
-__all__ = [
-    "MNISTDataModule",
-    "MNISTStep",
-    "PonderLitModule",
-    "PonderLoss",
-    "PonderNet",
-    "PonderOutput",
-    "ReconstructionLoss",
-    "RegularizationLoss",
-    "RotationSpec",
-    "StepFunction",
-    "expected_steps",
-    "geometric_prior",
-    "load_mnist",
-    "log_geometric_prior",
-    "log_halting_distribution",
-    "mnist_pondernet",
-    "resolve_data_dir",
-    "rotate",
-    "sample_halting_step",
-    "threshold_halting_step",
-]
+__version__ = "0.2.0"
+
+_EXPORTS = {
+    "PonderNet": "methods.pondernet",
+    "ACT": "methods.act",
+    "FixedSteps": "methods.fixed",
+    "PonderOutput": "methods.base",
+    "HaltingRule": "methods.base",
+    "StepFunction": "steps.base",
+    "MNISTStep": "steps.mnist",
+    "ParityStep": "steps.parity",
+    "PonderLoss": "losses",
+    "ReconstructionLoss": "losses",
+    "RegularizationLoss": "losses",
+    "PonderLitModule": "lightning_module",
+    "MNISTDataModule": "data.mnist",
+    "ParityDataModule": "data.parity",
+    "TrainConfig": "config",
+    "train": "training",
+    "load_model": "checkpoints",
+    "load_pretrained": "checkpoints",
+    "log_halting_distribution": "halting",
+    "geometric_prior": "halting",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module 'pondernet_tutorial' has no attribute {name!r}")

@@ -1,144 +1,224 @@
-"""Evaluate models on rotated test sets: per-sample tables and per-angle summaries.
+"""Evaluate a trained run on its experiment's test sets: per-sample, per-group, per-step and per-class
+tables.
 
-Two protocols:
-
-* **exact angles**: the whole test set rotated by exactly θ = 0°, 15°, …, 180°;
-* **the reference protocol**: digits rotated uniformly within ±22.5°, ±45°, ±67.5°, ±90°, as
-  ``RandomRotation(θ)`` does in the popular implementations. Note that "±90°" mixes in every smaller
-  angle, the training range included, so it says less about extrapolation than "exactly 90°".
-
-The halting coins come from a generator seeded per test set, one uniform number per sample and step,
-so any slice of a test set gets the same halting steps as the whole set does.
+For every test sample the tables record the answer at the halting step that inference takes
+(PonderNet's sampled step, ACT's ``N(x)``, the fixed ``k``), that step, the expected steps
+``Σ_n n p_n``, the predictive entropy and the loss of the answer, the total-variation distance of the
+sample's halting distribution to the prior (PonderNet), and any per-sample facts of the data set
+(parity's ``k``). PonderNet's halting coins come from one generator per test set, drawn in sample order
+(:func:`~pondernet_tutorial.halting.halting_uniforms`), so the tables, ``trainer.test`` and the
+early-exit forward pass halt every sample at the same step whatever the batch size.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pandas as pd
 import torch
-from torch import Tensor
 
-from .data import RotationSpec, load_mnist, rotated_test_set
+from .config import TrainConfig, identity_differences
+from .data.base import EvalSet
+from .losses import per_sample_loss
 
-EXACT_ANGLES = tuple(range(0, 181, 15))
-REFERENCE_ANGLES = (22.5, 45.0, 67.5, 90.0)
-
-
-def sweep_specs() -> list[RotationSpec]:
-    """The exact angles 0°–180° in steps of 15° and the reference protocol's uniform ranges."""
-    return [RotationSpec(float(a)) for a in EXACT_ANGLES] + [
-        RotationSpec(a, "uniform") for a in REFERENCE_ANGLES
-    ]
-
-
-def halting_step_from_uniforms(lambda_logits: Tensor, uniforms: Tensor) -> Tensor:
-    """First step n with ``u_n < λ_n`` (a Bernoulli(λ_n) coin per step), N if none.
-
-    Args:
-        lambda_logits: ``(N, B)``; uniforms: ``(N, B)`` in [0, 1) (the last row is unused).
-
-    Returns:
-        ``(B,)`` halting steps in 1..N.
-    """
-    halts = uniforms < torch.sigmoid(lambda_logits.float())
-    halts[-1] = True  # λ_N = 1
-    return halts.float().argmax(0) + 1
+EVAL_FORMAT = "pondernet_tutorial/evaluation-v1"
+RUN_TABLES = ("summary.csv", "per_step.csv", "per_class.csv")
 
 
 @torch.no_grad()
-def evaluate_images(
-    module, images: Tensor, labels: Tensor, seed: int = 0, batch_size: int = 2000
-) -> pd.DataFrame:
-    """Per-sample results of a model on one (already rotated) float image set.
+def evaluate_set(
+    module, eval_set: EvalSet, seed: int = 0, batch_size: int = 2000
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run a model on one test set.
+
+    Args:
+        module: a :class:`~pondernet_tutorial.lightning_module.PonderLitModule` or a halting method.
+        seed: seed of PonderNet's halting coins for this set.
 
     Returns:
-        DataFrame with columns ``index, label, prediction, halt_step, expected_steps, entropy``:
-        prediction at the sampled halting step, expected steps Σ n p_n and the predictive entropy
-        (nats) of the prediction at the halting step.
+        ``(per_sample, per_step)``: one row per sample (``index, label, prediction, halt_step,
+        expected_steps, entropy, loss, tv_prior`` and the set's per-sample columns), and the accuracy
+        of the step-``n`` prediction for every ``n`` (methods that unroll every step only).
     """
     model = module.model if hasattr(module, "model") else module
     model.eval()
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
-    # one row of N coins per sample, drawn in sample order: a prefix of the set gets the same coins
-    uniforms = torch.rand(len(labels), model.max_steps, generator=generator).T
-    rows = []
-    for start in range(0, len(labels), batch_size):
-        x = images[start : start + batch_size].to(device)
-        out = model(x, halting="full")
-        out.halt_step = halting_step_from_uniforms(
-            out.lambda_logits.cpu(), uniforms[:, start : start + batch_size]
-        ).to(device)
+    prior = model.halting_prior()
+    frames, correct_by_step = [], []
+    for start in range(0, len(eval_set.labels), batch_size):
+        x = eval_set.inputs[start : start + batch_size].to(device)
+        y = eval_set.labels[start : start + batch_size].to(device)
+        if not x.is_floating_point():
+            x = x.float() / 255.0
+        out = model.fit_forward(x)
+        out.halt_step = model.inference_halt_step(out, generator)
         logits = out.prediction_logits.float()
         log_probs = torch.log_softmax(logits, dim=-1)
-        rows.append(
-            pd.DataFrame(
-                {
-                    "index": torch.arange(start, start + len(x)).numpy(),
-                    "label": labels[start : start + batch_size].numpy(),
-                    "prediction": logits.argmax(-1).cpu().numpy(),
-                    "halt_step": out.halt_step.cpu().numpy(),
-                    "expected_steps": out.expected_steps.cpu().numpy(),
-                    "entropy": -(log_probs.exp() * log_probs).sum(-1).cpu().numpy(),
-                }
-            )
+        columns = {
+            "index": torch.arange(start, start + len(y)),
+            "label": y,
+            "prediction": logits.argmax(-1),
+            "halt_step": out.halt_step,
+            "expected_steps": out.expected_steps,
+            "entropy": -(log_probs.exp() * log_probs).sum(-1),  # nats, of the answer
+            "loss": per_sample_loss(model.loss_fn, logits, y),  # of the answer
+        }
+        if prior is not None and out.p is not None:  # TV(p_b, prior) = ½ Σ_n |p_n − q_n|
+            columns["tv_prior"] = 0.5 * (out.p.float() - prior.to(device)[:, None]).abs().sum(0)
+        for name, values in eval_set.per_sample.items():
+            columns[name] = values[start : start + batch_size]
+        frames.append(pd.DataFrame({k: v.cpu().numpy() for k, v in columns.items()}))
+        if model.unrolls_all_steps:
+            correct_by_step.append((out.logits.argmax(-1) == y).float().sum(1).cpu())  # (S,)
+    per_sample = pd.concat(frames, ignore_index=True)
+    for name, value in eval_set.columns.items():
+        per_sample.insert(0, name, value)
+    per_sample.insert(0, "set", eval_set.name)
+    per_step = pd.DataFrame(columns=["set", "step", "accuracy"])
+    if correct_by_step:
+        accuracy = torch.stack(correct_by_step).sum(0) / len(eval_set.labels)
+        per_step = pd.DataFrame(
+            {"set": eval_set.name, "step": range(1, len(accuracy) + 1), "accuracy": accuracy.numpy()}
         )
-    return pd.concat(rows, ignore_index=True)
+    return per_sample, per_step
 
 
-def evaluate_sweep(
-    module,
-    specs: list[RotationSpec] | None = None,
-    data_dir: str | None = None,
-    limit: int | None = None,
-    seed: int = 0,
-    test_data: tuple[Tensor, Tensor] | None = None,
-) -> pd.DataFrame:
-    """Per-sample results on every rotated test set (default :func:`sweep_specs`).
-
-    Args:
-        limit: only the first ``limit`` test images (quick runs and tests).
-        seed: seeds both the uniform rotations and the halting coins.
-        test_data: ``(images uint8 (M, 1, 28, 28), labels (M,))`` to skip loading MNIST again.
-
-    Returns:
-        the per-sample table with the columns ``set, mode, degrees`` in front.
-    """
-    images, labels = test_data if test_data is not None else load_mnist(train=False, data_dir=data_dir)
-    if limit:
-        images, labels = images[:limit], labels[:limit]
-    frames = []
-    for spec in specs or sweep_specs():
-        rotated = rotated_test_set(images, spec, seed=seed)
-        frame = evaluate_images(module, rotated, labels, seed=seed)
-        frame.insert(0, "degrees", spec.degrees)
-        frame.insert(0, "mode", spec.mode)
-        frame.insert(0, "set", spec.name)
-        frames.append(frame)
-    return pd.concat(frames, ignore_index=True)
+def evaluate(module, eval_sets: list[EvalSet], seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`evaluate_set` on every set; the coins of each set start from ``seed``."""
+    per_sample, per_step = zip(*(evaluate_set(module, s, seed) for s in eval_sets))
+    return pd.concat(per_sample, ignore_index=True), pd.concat(per_step, ignore_index=True)
 
 
-def summarize(per_sample: pd.DataFrame, by: tuple[str, ...] = ("set", "mode", "degrees")) -> pd.DataFrame:
-    """Accuracy, mean sampled halting step and mean expected steps per group."""
+def _spearman(a: pd.Series, b: pd.Series) -> float:
+    """Spearman's rank correlation (Pearson's of the average ranks); NaN if either is constant."""
+    ra, rb = a.rank(), b.rank()
+    if ra.nunique() < 2 or rb.nunique() < 2:
+        return float("nan")
+    return float(ra.corr(rb))
+
+
+def summarize(per_sample: pd.DataFrame, by: tuple[str, ...] = ("set",)) -> pd.DataFrame:
+    """Per group: accuracy, mean halting step, expected steps, entropy and loss, the mean distance to
+    the prior, and the rank correlations of the expected steps with the entropy and with the loss."""
+    frame = per_sample.assign(correct=per_sample["prediction"] == per_sample["label"])
+    rows = []
+    for key, group in frame.groupby(list(by), sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        row = dict(zip(by, key))
+        row.update(
+            accuracy=group["correct"].mean(),
+            halt_step=group["halt_step"].mean(),
+            expected_steps=group["expected_steps"].mean(),
+            entropy=group["entropy"].mean(),
+            loss=group["loss"].mean(),
+            tv_prior=group["tv_prior"].mean() if "tv_prior" in group else float("nan"),
+            spearman_steps_entropy=_spearman(group["expected_steps"], group["entropy"]),
+            spearman_steps_loss=_spearman(group["expected_steps"], group["loss"]),
+            steps_wrong=group.loc[~group["correct"], "expected_steps"].mean(),
+            steps_right=group.loc[group["correct"], "expected_steps"].mean(),
+            n=len(group),
+        )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def per_class(per_sample: pd.DataFrame, by: tuple[str, ...] = ("set",)) -> pd.DataFrame:
+    """Per group and true class: accuracy, mean halting step and mean expected steps."""
     frame = per_sample.assign(correct=per_sample["prediction"] == per_sample["label"])
     return (
-        frame.groupby(list(by), sort=False)
+        frame.groupby([*by, "label"], sort=False)
         .agg(
             accuracy=("correct", "mean"),
             halt_step=("halt_step", "mean"),
             expected_steps=("expected_steps", "mean"),
-            entropy=("entropy", "mean"),
             n=("correct", "size"),
         )
         .reset_index()
     )
 
 
-def across_seeds(
-    per_run: pd.DataFrame, by: tuple[str, ...] = ("experiment", "set", "mode", "degrees")
-) -> pd.DataFrame:
-    """Mean, standard deviation, min and max over seeds of a per-run summary."""
-    stats = per_run.groupby(list(by), sort=False)[["accuracy", "halt_step", "expected_steps"]].agg(
-        ["mean", "std", "min", "max"]
-    )
-    stats.columns = [f"{metric}_{stat}" for metric, stat in stats.columns]
-    return stats.reset_index().assign(seeds=per_run.groupby(list(by), sort=False).size().values)
+def evaluation_record(config: TrainConfig, limit: int | None, seed: int, set_names: list[str]) -> dict:
+    """What a run's evaluation tables depend on; they are reused only when it is unchanged."""
+    return {
+        "format": EVAL_FORMAT,
+        "identity": config.identity(),
+        "limit": limit,
+        "seed": seed,
+        "sets": set_names,
+    }
+
+
+def _datamodule_and_record(config: TrainConfig, limit: int | None, seed: int, sweep: str | None):
+    from .registry import get_experiment
+    from .training import make_datamodule
+
+    sweep = sweep or get_experiment(config.experiment).evaluation.get("sweep")
+    datamodule = make_datamodule(config, test_rotations=sweep, test_subset=limit)
+    return datamodule, evaluation_record(config, limit, seed, datamodule.test_set_names)
+
+
+def tables_up_to_date(
+    config: TrainConfig, limit: int | None = None, seed: int = 0, sweep: str | None = None
+) -> bool:
+    """True if the run's folder holds evaluation tables made for exactly this request."""
+    run_dir = config.run_dir
+    saved_path = run_dir / "evaluation.json"
+    if not saved_path.is_file() or not all((run_dir / t).is_file() for t in RUN_TABLES):
+        return False
+    _, record = _datamodule_and_record(config, limit, seed, sweep)
+    return not identity_differences(json.loads(saved_path.read_text()), record)
+
+
+def evaluate_run(
+    config: TrainConfig,
+    limit: int | None = None,
+    seed: int = 0,
+    overwrite: bool = False,
+    sweep: str | None = None,
+    module=None,
+) -> dict[str, pd.DataFrame]:
+    """Evaluate a trained run and write its tables into its folder.
+
+    Writes ``summary.csv`` (per group of :attr:`Experiment.group_by`), ``per_step.csv``,
+    ``per_class.csv``, ``per_sample.csv.gz`` and ``evaluation.json`` (what they depend on: the run's
+    identity, the test-set limit, the seed and the sets). Existing tables are reused only when their
+    ``evaluation.json`` equals the requested one.
+
+    Args:
+        limit: only the first ``limit`` test samples of every set (of every ``k`` for parity).
+        sweep: the data module's set of test sets (MNIST: ``"full"`` or ``"short"``); default the
+            experiment's.
+        module: the trained module, if already in memory (else ``model.pt`` is loaded).
+    """
+    from .checkpoints import load_model
+    from .registry import get_experiment
+
+    experiment = get_experiment(config.experiment)
+    run_dir = config.run_dir
+    if not overwrite and tables_up_to_date(config, limit, seed, sweep):
+        return load_run_tables(run_dir)
+    datamodule, record = _datamodule_and_record(config, limit, seed, sweep)
+    module = module if module is not None else load_model(run_dir / "model.pt")
+    per_sample, per_step = evaluate(module, datamodule.evaluation_sets(), seed)
+    tables = {
+        "summary": summarize(per_sample, experiment.group_by),
+        "per_step": per_step,
+        "per_class": per_class(per_sample, experiment.group_by),
+        "per_sample": per_sample,
+    }
+    for name in ("summary", "per_step", "per_class"):
+        tables[name].to_csv(run_dir / f"{name}.csv", index=False, float_format="%.6g")
+    per_sample.to_csv(run_dir / "per_sample.csv.gz", index=False, float_format="%.4g")
+    (run_dir / "evaluation.json").write_text(json.dumps(record, indent=2) + "\n")
+    return tables
+
+
+def load_run_tables(run_dir: str | Path, per_sample: bool = False) -> dict[str, pd.DataFrame]:
+    """A run's evaluation tables (and its per-sample table, where it was kept)."""
+    run_dir = Path(run_dir)
+    tables = {t.removesuffix(".csv"): pd.read_csv(run_dir / t) for t in RUN_TABLES}
+    if per_sample and (run_dir / "per_sample.csv.gz").is_file():
+        tables["per_sample"] = pd.read_csv(run_dir / "per_sample.csv.gz")
+    return tables

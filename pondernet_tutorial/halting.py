@@ -20,12 +20,19 @@ from torch import Tensor
 
 
 def check_lambda_p(lambda_p: float) -> float:
-    """Return ``lambda_p`` as a float or raise a ``ValueError`` that says what is allowed."""
+    """Return ``lambda_p`` as a float or raise a ``ValueError`` that says what is allowed.
+
+    ``λ_p = 1`` is refused: that prior puts all its mass on step 1, ``p_G(n) = 0`` for ``n > 1``, and
+    ``KL(p ‖ p_G)`` is infinite for every halting distribution with any mass beyond step 1 (every one a
+    sigmoid can produce). A network that always stops after one step is the fixed-step baseline
+    (``method="fixed"``, ``fixed_steps=1``).
+    """
     lambda_p = float(lambda_p)
-    if not 0.0 < lambda_p <= 1.0:
+    if not 0.0 < lambda_p < 1.0:
         raise ValueError(
-            f"lambda_p must lie in (0, 1], got {lambda_p}. It is the prior's per-step halting "
-            "probability: the geometric prior has mean 1/lambda_p steps (0.2 gives 5 steps)."
+            f"lambda_p must lie strictly between 0 and 1, got {lambda_p}. It is the prior's per-step "
+            "halting probability: the geometric prior has mean 1/lambda_p steps (0.2 gives 5 steps); "
+            "for exactly one step use the fixed-step method."
         )
     return lambda_p
 
@@ -73,44 +80,15 @@ def expected_steps(log_p: Tensor) -> Tensor:
     return (log_p.exp() * steps[:, None]).sum(0)
 
 
-def sample_halt(lambda_logit: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """Flip the halting coin of one step: ``halt ~ Bernoulli(λ_n)`` for every sample.
+def halting_uniforms(batch: int, max_steps: int, generator: torch.Generator | None = None) -> Tensor:
+    """The uniform numbers behind PonderNet's halting coins: one per sample and step, ``(B, N)``.
 
-    The uniform numbers are drawn on the CPU (from ``generator`` when given) and then moved to the
-    logits' device, so a seeded generator gives the same halts on CPU, CUDA and MPS.
-
-    Args:
-        lambda_logit: ``(B,)`` λ logits of the current step.
-
-    Returns:
-        ``(B,)`` boolean tensor, True where the coin says "halt".
+    Sample ``b`` halts at the first step ``n`` with ``u[b, n] < λ_n`` (a Bernoulli(λ_n) coin). The
+    numbers are drawn on the CPU, row by row in sample order, so a seeded generator gives the same
+    halts on every device and for every way of splitting a data set into batches: drawing ``(10, N)``
+    and then ``(5, N)`` gives the same rows as drawing ``(15, N)`` at once.
     """
-    u = torch.rand(lambda_logit.shape, generator=generator).to(lambda_logit.device)
-    return u < torch.sigmoid(lambda_logit.float())
-
-
-def sample_halting_step(lambda_logits: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """Sample the halting step from a full unroll, flipping the coins step by step.
-
-    Draws exactly the random numbers that :class:`~pondernet_tutorial.model.PonderNet` draws when it
-    stops early, so with generators seeded alike both give the same halting steps.
-
-    Args:
-        lambda_logits: ``(N, B)`` λ logits; the last step always halts (λ_N = 1).
-
-    Returns:
-        ``(B,)`` long tensor of halting steps in 1..N.
-    """
-    n_steps, batch = lambda_logits.shape
-    halt_step = torch.full((batch,), n_steps, dtype=torch.long, device=lambda_logits.device)
-    running = torch.ones(batch, dtype=torch.bool, device=lambda_logits.device)
-    for n in range(n_steps - 1):
-        halts = sample_halt(lambda_logits[n], generator) & running
-        halt_step[halts] = n + 1
-        running &= ~halts
-        if not running.any():
-            break
-    return halt_step
+    return torch.rand(batch, max_steps, generator=generator)
 
 
 def threshold_halting_step(log_p: Tensor, threshold: float = 0.5) -> Tensor:
@@ -138,7 +116,7 @@ def geometric_prior(
     """Truncated geometric prior ``p_G(n) = λ_p (1 − λ_p)^{n−1}`` for n = 1..max_steps.
 
     Args:
-        lambda_p: per-step halting probability of the prior, in (0, 1]; its mean is 1/λ_p steps.
+        lambda_p: per-step halting probability of the prior, in (0, 1); its mean is 1/λ_p steps.
         max_steps: N, where the prior is truncated.
         renormalize: divide by ``1 − (1 − λ_p)^N`` so that the truncated prior sums to 1. The paper's
             prior is the geometric pmf itself (the default), which misses the mass beyond N.
@@ -156,13 +134,22 @@ def log_geometric_prior(
     lambda_p = check_lambda_p(lambda_p)
     max_steps = check_max_steps(max_steps)
     n = torch.arange(max_steps, dtype=torch.float64)
-    if lambda_p == 1.0:  # all mass on the first step; log 0 = −inf elsewhere is avoided with a floor
-        log_prior = torch.full((max_steps,), -1e4, dtype=torch.float64)
-        log_prior[0] = 0.0
-    else:
-        log_prior = torch.log(torch.tensor(lambda_p, dtype=torch.float64)) + n * torch.log1p(
-            torch.tensor(-lambda_p, dtype=torch.float64)
-        )
-        if renormalize:
-            log_prior = log_prior - math.log1p(-((1.0 - lambda_p) ** max_steps))  # ÷ Σ_{n≤N} p_G(n)
+    log_prior = math.log(lambda_p) + n * math.log1p(-lambda_p)  # log λ_p + (n − 1) log(1 − λ_p)
+    if renormalize:
+        log_prior = log_prior - math.log1p(-((1.0 - lambda_p) ** max_steps))  # ÷ Σ_{n≤N} p_G(n)
     return log_prior.to(device=device, dtype=dtype)
+
+
+def constant_lambda_distribution(lambda_p: float, max_steps: int, dtype=torch.float32) -> Tensor:
+    """The halting distribution of a network whose ``λ_n = λ_p`` at every step, ``(N,)``.
+
+    This is the geometric prior with the mass it leaves beyond ``N`` put on step ``N`` (where
+    ``λ_N = 1``): ``q_n = λ_p (1 − λ_p)^{n−1}`` for ``n < N`` and ``q_N = (1 − λ_p)^{N−1}``. It is the
+    distribution a network that ignores its input and matches the prior produces, and what the
+    evaluation's distance to the prior is measured against.
+    """
+    lambda_p = check_lambda_p(lambda_p)
+    logits = torch.full(
+        (check_max_steps(max_steps), 1), math.log(lambda_p / (1.0 - lambda_p)), dtype=torch.float64
+    )
+    return log_halting_distribution(logits)[:, 0].exp().to(dtype)

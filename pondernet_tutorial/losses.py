@@ -1,4 +1,4 @@
-"""PonderNet's two losses, vectorised over steps.
+"""PonderNet's two losses, vectorised over steps, and the per-sample task loss every method uses.
 
     L = L_Rec + β · L_Reg
     L_Rec = Σ_n p_n · ℒ(y, ŷ_n)              (expected loss over the halting step)
@@ -6,10 +6,17 @@
 
 Both are averaged over the batch. Neither has a Python loop over steps: all N steps are one tensor
 operation, and everything is computed from ``log p`` so that no probability underflows to ``log 0``.
+
+The KL direction has a name that says which distribution comes first: ``"p_prior"`` is the paper's
+``KL(p ‖ p_G)`` and ``"prior_p"`` is ``KL(p_G ‖ p)``, what ``nn.KLDivLoss()(p.log(), p_g)`` computes in
+the popular implementations. (In machine learning "forward KL" usually means ``KL(target ‖ model)``,
+which would be the second one, so this package avoids "forward" and "reverse"; the old names are still
+accepted with a deprecation warning.)
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable
 
 import torch.nn.functional as F
@@ -17,13 +24,49 @@ from torch import Tensor, nn
 
 from .halting import check_lambda_p, check_max_steps, log_geometric_prior
 
-KL_DIRECTIONS = ("forward", "reverse")
+KL_DIRECTIONS = ("p_prior", "prior_p")  # KL(p ‖ p_G) (the paper's), KL(p_G ‖ p)
+_OLD_KL_NAMES = {"forward": "p_prior", "reverse": "prior_p"}
+
+
+def check_kl_direction(direction: str) -> str:
+    """Return the KL direction's name, translating the deprecated ``forward``/``reverse``."""
+    if direction in _OLD_KL_NAMES:
+        new = _OLD_KL_NAMES[direction]
+        warnings.warn(
+            f"kl_direction={direction!r} is deprecated: use {new!r} (the names now say which "
+            "distribution comes first).",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return new
+    if direction not in KL_DIRECTIONS:
+        raise ValueError(
+            f"kl_direction must be 'p_prior' (the paper's KL(p || p_G)) or 'prior_p' (KL(p_G || p)), "
+            f"got {direction!r}."
+        )
+    return direction
+
+
+def per_sample_cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
+    """Cross-entropy of every sample, not reduced: ``(M, C), (M,) -> (M,)``."""
+    return F.cross_entropy(logits, targets, reduction="none")
+
+
+def per_sample_loss(loss_fn: Callable[[Tensor, Tensor], Tensor], logits: Tensor, targets: Tensor) -> Tensor:
+    """``loss_fn(logits, targets)``, checked to give one loss per sample (no reduction)."""
+    losses = loss_fn(logits, targets)
+    if losses.shape != targets.shape[:1]:
+        raise ValueError(
+            f"loss_fn must return one loss per sample (shape {tuple(targets.shape[:1])}), got shape "
+            f"{tuple(losses.shape)}: use reduction='none'."
+        )
+    return losses
 
 
 def check_beta(beta: float) -> float:
     """Return ``beta`` as a float or raise a ``ValueError``: the KL weight must be >= 0."""
     if not beta >= 0:
-        raise ValueError(f"beta must be >= 0, got {beta}.")
+        raise ValueError(f"beta must be >= 0, got {beta}: it weighs the KL regulariser (0 turns it off).")
     return float(beta)
 
 
@@ -32,14 +75,14 @@ class ReconstructionLoss(nn.Module):
 
     Args:
         loss_fn: per-sample loss ``(logits (M, C), targets (M,)) -> (M,)``; must not reduce.
-            Defaults to cross-entropy with ``reduction="none"``. The popular implementations call
-            ``nn.CrossEntropyLoss()`` whose default *mean* reduction averages the batch before the
-            weighting by ``p_n``, so each sample's loss is no longer weighted by its own ``p_n``.
+            Defaults to :func:`per_sample_cross_entropy`. The article's code wraps
+            ``nn.CrossEntropyLoss()``, whose default *mean* reduction averages over the batch before
+            the weighting by ``p_n``, so each sample's loss is no longer weighted by its own ``p_n``.
     """
 
     def __init__(self, loss_fn: Callable[[Tensor, Tensor], Tensor] | None = None):
         super().__init__()
-        self.loss_fn = loss_fn or (lambda logits, y: F.cross_entropy(logits, y, reduction="none"))
+        self.loss_fn = loss_fn or per_sample_cross_entropy
 
     def forward(self, logits: Tensor, log_p: Tensor, targets: Tensor) -> Tensor:
         """
@@ -58,7 +101,9 @@ class ReconstructionLoss(nn.Module):
                 f"{tuple(logits.shape)}, {tuple(log_p.shape)} and {tuple(targets.shape)}."
             )
         flat = logits.reshape(n_steps * batch, -1)
-        per_sample = self.loss_fn(flat, targets.repeat(n_steps)).view(n_steps, batch)  # ℒ(y, ŷ_n)
+        per_sample = per_sample_loss(self.loss_fn, flat, targets.repeat(n_steps)).view(
+            n_steps, batch
+        )  # ℒ(y, ŷ_n)
         return (log_p.exp() * per_sample).sum(0).mean()  # mean_b Σ_n p_n ℒ(y, ŷ_n)
 
 
@@ -66,27 +111,26 @@ class RegularizationLoss(nn.Module):
     """KL divergence between the halting distribution and a truncated geometric prior.
 
     Args:
-        lambda_p: the prior's per-step halting probability, in (0, 1].
+        lambda_p: the prior's per-step halting probability, in (0, 1).
         max_steps: N, the number of steps the distribution covers.
-        direction: ``"forward"`` computes the paper's ``KL(p ‖ p_G) = Σ_n p_n (log p_n − log p_G,n)``.
-            ``"reverse"`` computes ``KL(p_G ‖ p) = Σ_n p_G,n (log p_G,n − log p_n)``, which is what
-            ``nn.KLDivLoss()(p.log(), p_g)`` in the popular implementations computes.
-        renormalize_prior: make the truncated prior sum to 1 (default: the plain geometric pmf).
+        direction: ``"p_prior"`` computes the paper's ``KL(p ‖ p_G) = Σ_n p_n (log p_n − log p_G,n)``.
+            ``"prior_p"`` computes ``KL(p_G ‖ p) = Σ_n p_G,n (log p_G,n − log p_n)``, which is what
+            ``kl_div(p.log(), p_g)`` in labml's and mildlyoverfitted's implementations computes.
+        renormalize_prior: make the truncated prior sum to 1 (default: the plain geometric pmf, as in
+            the paper; it misses the mass ``(1 − λ_p)^N`` beyond N, so the "KL" can then be negative).
     """
 
     def __init__(
         self,
         lambda_p: float,
         max_steps: int,
-        direction: str = "forward",
+        direction: str = "p_prior",
         renormalize_prior: bool = False,
     ):
         super().__init__()
-        if direction not in KL_DIRECTIONS:
-            raise ValueError(f"direction must be one of {KL_DIRECTIONS}, got {direction!r}.")
+        self.direction = check_kl_direction(direction)
         self.lambda_p = check_lambda_p(lambda_p)
         self.max_steps = check_max_steps(max_steps)
-        self.direction = direction
         self.renormalize_prior = renormalize_prior
         log_prior = log_geometric_prior(lambda_p, max_steps, renormalize_prior)
         self.register_buffer("log_prior", log_prior[:, None], persistent=False)  # (N, 1)
@@ -104,7 +148,7 @@ class RegularizationLoss(nn.Module):
                 f"log_p must have shape (max_steps={self.max_steps}, batch), got {tuple(log_p.shape)}."
             )
         log_q = self.log_prior.to(log_p.dtype)
-        if self.direction == "forward":
+        if self.direction == "p_prior":
             kl = log_p.exp() * (log_p - log_q)  # p_n (log p_n − log p_G,n); 0 where p_n underflows
         else:
             kl = log_q.exp() * (log_q - log_p)  # p_G,n (log p_G,n − log p_n); finite: log p > −inf
@@ -117,6 +161,7 @@ class PonderLoss(nn.Module):
     Args:
         lambda_p, max_steps, direction, renormalize_prior: see :class:`RegularizationLoss`.
         beta: weight β ≥ 0 of the regularisation.
+        loss_fn: the per-sample task loss of :class:`ReconstructionLoss`.
     """
 
     def __init__(
@@ -124,12 +169,13 @@ class PonderLoss(nn.Module):
         lambda_p: float,
         max_steps: int,
         beta: float = 0.01,
-        direction: str = "forward",
+        direction: str = "p_prior",
         renormalize_prior: bool = False,
+        loss_fn: Callable[[Tensor, Tensor], Tensor] | None = None,
     ):
         super().__init__()
         self.beta = check_beta(beta)
-        self.reconstruction = ReconstructionLoss()
+        self.reconstruction = ReconstructionLoss(loss_fn)
         self.regularization = RegularizationLoss(lambda_p, max_steps, direction, renormalize_prior)
 
     def forward(self, logits: Tensor, log_p: Tensor, targets: Tensor) -> dict[str, Tensor]:

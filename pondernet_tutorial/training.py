@@ -1,143 +1,110 @@
-"""Train the book's experiments with a standard Lightning ``Trainer``.
+"""Train one run of any registered experiment with a standard Lightning ``Trainer``.
 
-``train(TrainConfig(experiment="interpolation", seed=0))`` trains on plain MNIST;
-``experiment="extrapolation"`` trains and validates on digits rotated uniformly in ±22.5°. The run
-folder gets ``model.pt`` (weights only, the epoch with the best validation accuracy), ``history.csv``
-(one row per epoch) and ``metadata.json``.
+``train(TrainConfig(experiment="mnist-extrapolation", seed=0))`` trains the reference PonderNet on
+digits rotated within ±22.5°. The run folder (:attr:`TrainConfig.run_dir`) gets ``history.csv`` (one
+row per epoch), ``metadata.json`` (the configuration and its identity, stopping, timing, hardware,
+versions) and, last, ``model.pt`` (weights only, the epoch with the best validation accuracy, picked
+by Lightning's ``ModelCheckpoint``). A run that fails leaves no ``model.pt``, so it can simply be run
+again.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import platform
+import shutil
+import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import lightning as L
 import pandas as pd
 import torch
-from lightning.pytorch.callbacks import Callback, EarlyStopping
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from .checkpoints import save_weights
-from .data import MNISTDataModule
-from .halting import check_lambda_p, check_max_steps
+from .config import TrainConfig, check_same_identity
 from .lightning_module import PonderLitModule
-from .losses import check_beta
-
-TRAIN_ROTATION = {"interpolation": 0.0, "extrapolation": 22.5}
+from .registry import get_experiment, import_path
 
 
-@dataclass
-class TrainConfig:
-    """Everything a run depends on; the defaults are the reference experiment's."""
-
-    experiment: str = "interpolation"
-    seed: int = 0
-    epochs: int = 20
-    batch_size: int = 128
-    lr: float = 1e-3
-    grad_clip: float = 0.5
-    max_steps: int = 20
-    lambda_p: float = 0.2
-    beta: float = 0.01
-    hidden_size: int = 64
-    embedding_size: int = 64
-    dropout: float = 0.5
-    kl_direction: str = "forward"
-    renormalize_prior: bool = False
-    early_stopping_patience: int | None = None
-    accelerator: str = "auto"
-    devices: str | int = "auto"
-    strategy: str = "auto"
-    precision: str = "32-true"
-    data_dir: str | None = None
-    output_dir: str = "runs"
-    logger: str = "csv"  # csv, tensorboard or wandb
-    train_subset: int | None = None  # quick runs only
-    progress_bar: bool = True
-    extra: dict = field(default_factory=dict)
-
-    def __post_init__(self):
-        if self.experiment not in TRAIN_ROTATION:
-            raise ValueError(f"experiment must be one of {tuple(TRAIN_ROTATION)}, got {self.experiment!r}.")
-        check_lambda_p(self.lambda_p)
-        check_max_steps(self.max_steps)
-        check_beta(self.beta)
-        if self.epochs < 1:
-            raise ValueError(f"epochs must be >= 1, got {self.epochs}.")
-        if self.logger not in ("csv", "tensorboard", "wandb"):
-            raise ValueError(f"logger must be csv, tensorboard or wandb, got {self.logger!r}.")
-
-    @property
-    def run_dir(self) -> Path:
-        return Path(self.output_dir) / self.experiment / f"seed{self.seed}"
-
-    def module_kwargs(self) -> dict:
-        keys = (
-            "max_steps",
-            "lambda_p",
-            "beta",
-            "lr",
-            "hidden_size",
-            "embedding_size",
-            "dropout",
-            "kl_direction",
-            "renormalize_prior",
-        )
-        return {k: getattr(self, k) for k in keys}
-
-
-class BestWeights(Callback):
-    """Keeps, in memory, a copy of the weights of the epoch with the best validation accuracy."""
-
-    def __init__(self, monitor: str = "val/acc"):
-        self.monitor, self.best, self.best_epoch, self.state = monitor, -1.0, -1, None
-
-    def on_validation_end(self, trainer, pl_module):
-        if trainer.sanity_checking:
-            return
-        value = trainer.callback_metrics.get(self.monitor)
-        if value is not None and float(value) > self.best:
-            self.best, self.best_epoch = float(value), trainer.current_epoch
-            self.state = copy.deepcopy({k: v.detach().cpu() for k, v in pl_module.state_dict().items()})
-
-
-class EpochTimer(Callback):
-    """Records the wall time of every training epoch (seconds) and the images seen."""
+class History(Callback):
+    """One row per epoch: every ``train/`` and ``val/`` metric, the learning rate and the epoch's wall
+    time (training and validation). Written to ``history.csv`` whatever the logger."""
 
     def __init__(self):
-        self.times: list[float] = []
+        self.rows: list[dict] = []
 
     def on_train_epoch_start(self, trainer, pl_module):
         self._start = time.perf_counter()
 
     def on_train_epoch_end(self, trainer, pl_module):
-        self.times.append(time.perf_counter() - self._start)
+        row = {"epoch": trainer.current_epoch, "epoch_time_s": round(time.perf_counter() - self._start, 3)}
+        row["lr"] = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else None
+        for name, value in sorted(trainer.callback_metrics.items()):
+            if name.startswith(("train/", "val/")):
+                row[name] = float(value)
+        self.rows.append(row)
 
 
-def _logger(config: TrainConfig):
+def make_datamodule(config: TrainConfig, test_rotations=None, test_subset=None):
+    """The experiment's data module for a configuration."""
+    experiment = get_experiment(config.experiment)
+    cls = import_path(experiment.datamodule)
+    options = dict(experiment.data_options)
+    if test_rotations is not None:
+        options["test_rotations"] = test_rotations
+    if test_subset is not None:
+        options["test_subset"] = test_subset
+    return cls(
+        data_dir=config.data_dir, batch_size=config.batch_size, train_subset=config.train_subset, **options
+    )
+
+
+def make_module(config: TrainConfig) -> PonderLitModule:
+    """The LightningModule a configuration describes."""
+    experiment = get_experiment(config.experiment)
+    return PonderLitModule(
+        step=config.step,
+        n_classes=experiment.n_classes,
+        method=config.method,
+        step_options=config.step_options,
+        method_options=config.method_options(),
+        lr=config.lr,
+        lr_schedule=config.lr_schedule,
+        lr_patience=config.lr_patience,
+        lr_factor=config.lr_factor,
+        compile=config.compile,
+    )
+
+
+def make_logger(config: TrainConfig, save_dir: Path):
+    """The configured logger, offline: csv (default), tensorboard or wandb (``offline=True``)."""
     from lightning.pytorch import loggers
 
-    save_dir = config.run_dir / "logs"
     if config.logger == "tensorboard":
         return loggers.TensorBoardLogger(save_dir, name="", version="")
     if config.logger == "wandb":
         return loggers.WandbLogger(
             project="pondernet-tutorial",
             save_dir=str(save_dir),
-            name=f"{config.experiment}-seed{config.seed}",
+            name=f"{config.experiment}-{config.variant}-seed{config.seed}",
+            offline=True,
         )
     return loggers.CSVLogger(save_dir, name="", version="")
 
 
-def epoch_history(metrics_csv: str | os.PathLike) -> pd.DataFrame:
-    """One row per epoch from a CSVLogger's ``metrics.csv`` (train and val rows merged)."""
-    raw = pd.read_csv(metrics_csv)
-    history = raw.drop(columns=["step"], errors="ignore").groupby("epoch").first().reset_index()
-    return history.dropna(axis=1, how="all")
+def check_logger_available(logger: str) -> None:
+    """Fail before any folder is made if the chosen logger's package is missing."""
+    module = {"tensorboard": "tensorboard", "wandb": "wandb"}.get(logger)
+    if module is None:
+        return
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise ValueError(f"--logger {logger} needs the {module} package: pip install {module}.")
 
 
 def library_versions() -> dict:
@@ -166,70 +133,108 @@ def hardware(trainer: L.Trainer) -> dict:
     return info
 
 
+def read_metadata(run_dir: Path) -> dict | None:
+    path = Path(run_dir) / "metadata.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def train(config: TrainConfig, overwrite: bool = False) -> tuple[PonderLitModule, dict]:
-    """Train one run and write ``model.pt``, ``history.csv`` and ``metadata.json`` to its folder.
+    """Train one run and write ``history.csv``, ``metadata.json`` and ``model.pt`` to its folder.
+
+    Every argument is checked (configuration, logger, data module, module, trainer) before the folder
+    is made. An existing run is replaced only with ``overwrite``.
 
     Returns:
         the module with its best weights loaded (eval mode) and the metadata dictionary.
     """
     run_dir = config.run_dir
+    saved = read_metadata(run_dir)
     if (run_dir / "model.pt").exists() and not overwrite:
-        raise FileExistsError(f"{run_dir} already holds a trained model; pass overwrite=True (--overwrite).")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    L.seed_everything(config.seed, workers=True, verbose=False)
-    datamodule = MNISTDataModule(
-        config.data_dir,
-        config.batch_size,
-        TRAIN_ROTATION[config.experiment],
-        train_subset=config.train_subset,
+        if saved is not None:
+            check_same_identity(saved.get("identity", {}), config.identity(), f"the run in {run_dir}")
+        raise FileExistsError(f"{run_dir} already holds this trained run; pass overwrite=True (--overwrite).")
+    check_logger_available(config.logger)
+    L.seed_everything(config.seed, workers=True, verbose=False)  # before the weights are drawn
+    datamodule = make_datamodule(config)
+    datamodule.prepare_data()  # the data is there (or downloaded) before anything is written
+    module = make_module(config)
+    history = History()
+    checkpoint = ModelCheckpoint(
+        dirpath=run_dir / "checkpoints", filename="best", monitor="val/acc", mode="max", save_top_k=1
     )
-    module = PonderLitModule(**config.module_kwargs())
-    best, timer = BestWeights(), EpochTimer()
-    callbacks = [best, timer]
-    if config.early_stopping_patience:
-        callbacks.append(EarlyStopping("val/acc", mode="max", patience=config.early_stopping_patience))
+    callbacks = [history, checkpoint]
+    stopping = None
+    if config.early_stopping_patience or config.stop_at_val_acc:
+        stopping = EarlyStopping(
+            "val/acc",
+            mode="max",
+            patience=config.early_stopping_patience or config.epochs,
+            stopping_threshold=config.stop_at_val_acc or None,
+        )
+        callbacks.append(stopping)
     trainer = L.Trainer(
         max_epochs=config.epochs,
         accelerator=config.accelerator,
         devices=config.devices,
         strategy=config.strategy,
         precision=config.precision,
-        gradient_clip_val=config.grad_clip,
+        gradient_clip_val=config.grad_clip or None,
         callbacks=callbacks,
-        logger=_logger(config),
-        enable_checkpointing=False,
+        logger=False,  # set below, once every argument has been checked
         enable_progress_bar=config.progress_bar,
         enable_model_summary=False,
         deterministic="warn",  # exact on the CPU; warns instead of failing on GPU ops without a deterministic kernel
         num_sanity_val_steps=0,
     )
+    if run_dir.exists():  # an unfinished run (no model.pt) or one to overwrite
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trainer.loggers = [make_logger(config, run_dir / "logs")]
     start = time.perf_counter()
     trainer.fit(module, datamodule=datamodule)
     wall = time.perf_counter() - start
 
-    module.load_state_dict(best.state)
-    module.eval()
-    save_weights(module, run_dir / "model.pt")
-    metrics_csv = Path(trainer.logger.log_dir) / "metrics.csv"
-    if metrics_csv.exists():
-        epoch_history(metrics_csv).to_csv(run_dir / "history.csv", index=False)
-    n_train = len(datamodule.train_labels)
+    best_epoch = len(history.rows) - 1  # without validation: the last epoch
+    if checkpoint.best_model_path:
+        best = torch.load(checkpoint.best_model_path, map_location="cpu", weights_only=True)
+        module.load_state_dict(best["state_dict"])
+        best_epoch = int(best["epoch"])
+    module.cpu().eval()
+    rows = pd.DataFrame(history.rows)
+    rows.to_csv(run_dir / "history.csv", index=False)
+    epoch_times = [row["epoch_time_s"] for row in history.rows]
+    n_train = getattr(datamodule, "train_size", None)
     metadata = {
-        "config": {k: v for k, v in asdict(config).items() if k != "extra"},
+        "identity": config.identity(),
+        "config": asdict(config),
         "hparams": dict(module.hparams),
-        "epochs_run": trainer.current_epoch,
-        "best_epoch": best.best_epoch,
-        "best_val_acc": best.best,
-        "wall_time_s": round(wall, 1),
-        "epoch_times_s": [round(t, 2) for t in timer.times],
-        "train_images": n_train,
-        "train_images_per_s": round(n_train * len(timer.times) / sum(timer.times), 1)
-        if timer.times
+        "epochs_run": len(history.rows),
+        "best_epoch": best_epoch,
+        "best_val_acc": float(checkpoint.best_model_score)
+        if checkpoint.best_model_score is not None
         else None,
+        "stopped_by": _stopping_reason(stopping, len(history.rows), config.epochs),
+        "wall_time_s": round(wall, 1),
+        "epoch_times_s": epoch_times,
+        "train_samples_per_epoch": n_train,
+        # the median epoch: the first one also holds torch.compile's compilation
+        "train_samples_per_s": round(n_train / statistics.median(epoch_times), 1)
+        if n_train and epoch_times
+        else None,
+        "compiled": bool(config.compile and module.model.unrolls_all_steps),
         "hardware": hardware(trainer),
         "versions": library_versions(),
-        "quick": bool(config.train_subset),
-        **config.extra,
+        "quick": bool(config.quick or config.train_subset),
     }
     (run_dir / "metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    save_weights(module, run_dir / "model.pt")  # last: a run with model.pt is complete
     return module, metadata
+
+
+def _stopping_reason(stopping, epochs_run: int, max_epochs: int) -> str:
+    """Why training ended: the epoch budget, the patience, or the accuracy threshold."""
+    if stopping is None or not stopping.stopped_epoch:
+        return "max_epochs" if epochs_run >= max_epochs else "interrupted"
+    reason = getattr(stopping, "stopping_reason", None)
+    return getattr(reason, "value", None) or "early_stopping"

@@ -1,43 +1,109 @@
+"""The command line: help, user errors as one line with exit status 2, imports kept light."""
+
 import subprocess
 import sys
 
 import pytest
 
 from pondernet_tutorial.__main__ import HELP, build_parser, main
-from pondernet_tutorial.training import TrainConfig
 
 
-def test_help_explains_every_option():
-    for command in ("train", "evaluate", "reproduce"):
-        out = subprocess.run(
-            [sys.executable, "-m", "pondernet_tutorial", command, "--help"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        assert "usage" in out
+def test_help_explains_every_option(capsys):
+    for command in ("train", "evaluate", "reproduce", "list"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "--help"])
+        assert exit_info.value.code == 0 and "usage" in capsys.readouterr().out
     train_help = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
     for name in HELP:
-        assert "--" + name.replace("_", "-") in train_help
+        flag = "--step-option" if name == "step_options" else "--" + name.replace("_", "-")
+        assert flag in train_help, flag
 
 
-def test_defaults_are_the_reference_experiment():
-    args = build_parser().parse_args(["train"])
-    assert (args.batch_size, args.lr, args.grad_clip, args.epochs) == (128, 1e-3, 0.5, 20)
-    assert (args.max_steps, args.lambda_p, args.beta, args.hidden_size) == (20, 0.2, 0.01, 64)
-    assert TrainConfig().experiment == "interpolation"
+def test_help_and_halting_load_no_lightning():
+    probe = (
+        "import sys; {}; print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'torch')))"
+    )
+    help_only = probe.format(
+        "from pondernet_tutorial.__main__ import build_parser; build_parser().format_help()"
+    )
+    result = subprocess.run([sys.executable, "-c", help_only], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"  # neither Lightning nor PyTorch for --help
+    result = subprocess.run(
+        [sys.executable, "-c", probe.format("import pondernet_tutorial.halting")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "lightning" not in result.stdout and "'torch'" in result.stdout
 
 
-def test_bad_values_are_refused(tmp_path):
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["train", "--experiment", "rotation"])
-    with pytest.raises(ValueError, match="lambda_p"):
-        main(["train", "--lambda-p", "0", "--output-dir", str(tmp_path)])
-    with pytest.raises(ValueError, match="max_steps"):
-        main(["train", "--max-steps", "0", "--output-dir", str(tmp_path)])
-    assert not any(tmp_path.iterdir())  # nothing written for a refused configuration
+def test_a_user_error_exits_with_status_2_and_one_line():
+    result = subprocess.run(
+        [sys.executable, "-m", "pondernet_tutorial", "train", "--lambda-p", "1.5"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "error: lambda_p must lie strictly between 0 and 1, got 1.5 (the prior's mean is 1/lambda_p steps; "
+        "for exactly one step use --method fixed --max-steps 1)."
+    ]
 
 
-def test_quick_reproduce_never_ships():
-    with pytest.raises(ValueError, match="never shipped"):
-        main(["reproduce", "--ship", "--train-subset", "100", "--epochs", "1"])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", "--lambda-p", "1.5"], "lambda_p must lie strictly between 0 and 1"),
+        (["train", "--step-option", "hidden_size"], "KEY=VALUE"),
+        (
+            ["evaluate", "--checkpoint", "nowhere/model.pt", "--experiment", "mnist-interpolation"],
+            "no checkpoint at",
+        ),
+        (["evaluate", "--checkpoint", "nowhere/model.pt"], "--experiment"),
+        (
+            ["evaluate", "--pretrained", "parity-interpolation", "--method", "fixed", "--seed", "99"],
+            "no shipped model",
+        ),
+        (["reproduce", "--jobs", "0"], "--jobs must be >= 1"),
+        (["reproduce", "--ship", "--quick"], "never shipped"),
+    ],
+)
+def test_user_errors(args, message, capsys):
+    assert main(args) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+
+
+def test_argument_errors_are_one_line_too(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--experiment", "rotation"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(lines) == 1 and "invalid choice: 'rotation'" in lines[0]
+
+
+def test_missing_mnist_offline_is_a_user_error(monkeypatch, tmp_path, capsys):
+    import torchvision.datasets.mnist as tv_mnist
+
+    def offline(*args, **kwargs):
+        raise RuntimeError("no network")
+
+    monkeypatch.setattr(tv_mnist, "download_and_extract_archive", offline)
+    monkeypatch.setattr(tv_mnist.MNIST, "resources", [("https://invalid.invalid/x.gz", None)])
+    code = main(
+        ["train", "--data-dir", str(tmp_path / "empty"), "--output-dir", str(tmp_path / "runs"), "--quick"]
+    )
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "PONDERNET_DATA_DIR" in lines[0] and not captured.out
+    assert not (tmp_path / "runs").exists()  # nothing written
+
+
+def test_programming_errors_keep_their_traceback(monkeypatch):
+    from pondernet_tutorial import training
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(training, "train", broken)
+    with pytest.raises(ZeroDivisionError):
+        main(["train", "--quick"])

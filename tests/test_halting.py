@@ -2,13 +2,15 @@ import pytest
 import torch
 
 from pondernet_tutorial.halting import (
+    constant_lambda_distribution,
     expected_steps,
     geometric_prior,
+    halting_uniforms,
     log_geometric_prior,
     log_halting_distribution,
-    sample_halting_step,
     threshold_halting_step,
 )
+from pondernet_tutorial.methods.pondernet import sample_halting_step
 
 
 def naive_p(lam: torch.Tensor) -> torch.Tensor:
@@ -78,10 +80,26 @@ def test_geometric_prior():
     torch.testing.assert_close(prior[:3], torch.tensor([0.2, 0.16, 0.128]))
     assert prior.sum().item() == pytest.approx(1 - 0.8**20, abs=1e-6)
     assert geometric_prior(0.2, 20, renormalize=True).sum().item() == pytest.approx(1.0, abs=1e-6)
-    assert torch.isfinite(log_geometric_prior(1.0, 5)).all()
+    assert torch.isfinite(log_geometric_prior(0.999, 5)).all()
 
 
-@pytest.mark.parametrize("bad", [0.0, -0.1, 1.5, float("nan")])
+def test_constant_lambda_distribution_is_the_prior_with_its_tail_on_step_n():
+    q = constant_lambda_distribution(0.2, 6).double()
+    prior = geometric_prior(0.2, 6).double()
+    torch.testing.assert_close(q[:-1], prior[:-1])
+    assert q[-1].item() == pytest.approx(0.8**5)  # (1 − λ_p)^{N−1}: everything not halted before N
+    assert q.sum().item() == pytest.approx(1.0)
+
+
+def test_halting_uniforms_do_not_depend_on_how_a_set_is_split():
+    g = torch.Generator().manual_seed(0)
+    whole = halting_uniforms(15, 4, g)
+    g = torch.Generator().manual_seed(0)
+    parts = torch.cat([halting_uniforms(10, 4, g), halting_uniforms(5, 4, g)])
+    assert torch.equal(whole, parts)
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1, 1.0, 1.5, float("nan")])
 def test_bad_lambda_p(bad):
     with pytest.raises(ValueError, match="lambda_p"):
         geometric_prior(bad, 10)

@@ -1,16 +1,35 @@
+"""The generic LightningModule and the weights-only checkpoints, on small synthetic data.
+
+Deliberate breaks these tests catch (each was tried):
+- a lambda as the default loss (the module no longer pickles): test_module_pickles_for_ddp_spawn;
+- configure_optimizers always monitoring val/acc: test_fit_without_validation;
+- unknown hyperparameters passed on to the module: test_checkpoint_errors.
+"""
+
+import functools
+import pickle
+
 import lightning as L
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from pondernet_tutorial import MNISTDataModule, PonderLitModule, RotationSpec
-from pondernet_tutorial.checkpoints import CheckpointError, load_model, save_weights
+from pondernet_tutorial import PonderLitModule
+from pondernet_tutorial.checkpoints import FORMAT, CheckpointError, load_model, save_weights
+
+PARITY = {"step": "parity_gru", "n_classes": 2, "step_options": {"n_elements": 8, "hidden_size": 16}}
 
 
-def fake_loader(n=64, batch_size=32):
-    x = torch.rand(n, 1, 28, 28)
-    y = torch.randint(0, 10, (n,))
-    return DataLoader(TensorDataset(x, y), batch_size=batch_size)
+def module(method="pondernet", max_steps=5, **kwargs):
+    options = {"max_steps": max_steps, **kwargs.pop("method_options", {})}
+    return PonderLitModule(**PARITY, method=method, method_options=options, **kwargs)
+
+
+def loader(n=64, batch_size=32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-1, 2, (n, 8), generator=g).float()
+    return DataLoader(TensorDataset(x, ((x == 1).sum(1) % 2).long()), batch_size=batch_size)
 
 
 def trainer(**kwargs):
@@ -27,84 +46,139 @@ def trainer(**kwargs):
     return L.Trainer(**defaults)
 
 
+@pytest.mark.parametrize("method", ["pondernet", "act", "fixed"])
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
-def test_fit_logs_every_metric_without_nan(precision):
-    module = PonderLitModule(max_steps=5)
+def test_fit_logs_every_metric_without_nan(method, precision):
+    m = module(method)
     t = trainer(precision=precision, limit_train_batches=2, limit_val_batches=1)
-    t.fit(module, fake_loader(), fake_loader())
+    t.fit(m, loader(), loader())
+    names = ("acc", "halt_step", "expected_steps", "loss", *m.model.loss_terms)
     for stage in ("train", "val"):
-        for name in ("acc", "halt_step", "expected_steps", "loss", "reconstruction", "regularization"):
-            value = t.callback_metrics[f"{stage}/{name}"]
-            assert torch.isfinite(value), f"{stage}/{name}"
-    assert all(torch.isfinite(p).all() for p in module.parameters())
-    assert 1.0 <= t.callback_metrics["val/expected_steps"] <= 5.0
+        for name in names:
+            assert torch.isfinite(t.callback_metrics[f"{stage}/{name}"]), f"{stage}/{name}"
+    assert all(torch.isfinite(p).all() for p in m.parameters())
+    assert 1.0 <= t.callback_metrics["val/halt_step"] <= 5.0
 
 
-def test_validation_is_reproducible():
-    module = PonderLitModule(max_steps=8).eval()
-    loader = fake_loader(128)
-    first = trainer().validate(module, loader, verbose=False)[0]
-    second = trainer().validate(module, loader, verbose=False)[0]
-    assert first == second
+def test_max_steps_one_and_a_batch_of_one():
+    m = module(max_steps=1)
+    t = trainer(limit_train_batches=2, limit_val_batches=1)
+    t.fit(m, loader(2, batch_size=1), loader(2, batch_size=1))
+    assert t.callback_metrics["val/halt_step"] == 1.0
+    assert t.callback_metrics["val/expected_steps"] == 1.0
 
 
-def test_named_test_sets(needs_mnist):
-    dm = MNISTDataModule(test_rotations=[0, 90, RotationSpec(45, "uniform")], test_subset=256, batch_size=128)
-    module = PonderLitModule(max_steps=4)
-    results = trainer().test(module, datamodule=dm, verbose=False)
-    keys = set().union(*results)
-    for name in ("rot0", "rot90", "rot_pm45"):
-        assert f"test/{name}/acc" in keys and f"test/{name}/expected_steps" in keys
+def test_fit_without_validation():
+    m = module()
+    t = trainer(limit_train_batches=2)
+    t.fit(m, loader())  # no validation loader: no scheduler that waits for val/acc
+    assert "train/acc" in t.callback_metrics and "val/acc" not in t.callback_metrics
+    t = trainer(limit_train_batches=2, limit_val_batches=1)
+    m = module()
+    t.fit(m, loader(), loader())
+    assert t.lr_scheduler_configs and t.lr_scheduler_configs[0].monitor == "val/acc"
 
 
-def test_hyperparameters_are_saved_and_checked():
-    module = PonderLitModule(max_steps=7, lambda_p=0.3, beta=0.02)
-    assert module.hparams.max_steps == 7 and module.hparams.lambda_p == 0.3
+def test_named_test_sets_and_predict(tmp_path):
+    from pondernet_tutorial.data.parity import ParityDataModule
+
+    dm = ParityDataModule(n_elements=8, train_k=(1, 4), test_k=(5, 8), test_per_k=16, batch_size=32)
+    m = module()
+    t = trainer()
+    results = t.test(m, datamodule=dm, verbose=False)
+    assert "test/test/acc" in results[0] and "test/test/halt_step" in results[0]
+    predictions = t.predict(m, datamodule=dm)
+    first = predictions[0][0] if isinstance(predictions[0], list) else predictions[0]
+    assert set(first) == {"prediction", "halt_step"} and first["prediction"].shape == (32,)
+
+
+def test_hyperparameters_are_plain_data_and_checked():
+    m = module(max_steps=7, method_options={"lambda_p": 0.3, "beta": 0.02})
+    assert m.hparams.method_options == {"max_steps": 7, "lambda_p": 0.3, "beta": 0.02}
+    assert m.hparams.step == "parity_gru" and m.hparams.loss_fn == "cross_entropy"
     with pytest.raises(ValueError, match="lambda_p"):
-        PonderLitModule(lambda_p=0.0)
+        module(method_options={"lambda_p": 0.0})
     with pytest.raises(ValueError, match="max_steps"):
-        PonderLitModule(max_steps=0)
+        module(max_steps=0)
     with pytest.raises(ValueError, match="beta"):
-        PonderLitModule(beta=-0.1)
-    with pytest.raises(ValueError, match="kl_direction"):
-        PonderLitModule(kl_direction="backward")
+        module(method_options={"beta": -0.1})
+    with pytest.raises(ValueError, match="does not take"):
+        module(method="act", method_options={"lambda_p": 0.2})
+    with pytest.raises(ValueError, match="n_classes"):
+        PonderLitModule("parity_gru", 1, step_options={"n_elements": 8})
+    with pytest.raises(ValueError, match="unknown method"):
+        module(method="never")
+    with pytest.raises(ValueError, match="unknown step function"):
+        PonderLitModule("nope", 2)
+    with pytest.raises(ValueError, match="lambda"):
+        module(loss_fn=lambda logits, y: F.cross_entropy(logits, y, reduction="none"))
+
+
+def weighted_cross_entropy(logits, targets, weight=1.0):
+    return weight * F.cross_entropy(logits, targets, reduction="none")
+
+
+def test_module_pickles_for_ddp_spawn():
+    m = module(loss_fn=functools.partial(weighted_cross_entropy, weight=2.0))
+    copy = pickle.loads(pickle.dumps(m))
+    x, y = next(iter(loader()))
+    torch.testing.assert_close(
+        copy.model.loss_fn(torch.zeros(2, 2), y[:2]), torch.full((2,), 2 * 0.6931), atol=1e-4, rtol=0
+    )
+    assert m.hparams.loss_fn == {"partial": f"{__name__}:weighted_cross_entropy", "keywords": {"weight": 2.0}}
+    pickle.dumps(module())  # the default loss too
 
 
 def test_weights_only_checkpoint_roundtrip(tmp_path):
-    module = PonderLitModule(max_steps=6, hidden_size=32).eval()
-    path = save_weights(module, tmp_path / "model.pt")
-    torch.load(path, weights_only=True)  # plain data only: loads without unpickling code
+    m = module(
+        "act", method_options={"tau": 0.01}, loss_fn=functools.partial(weighted_cross_entropy, weight=2.0)
+    ).eval()
+    path = save_weights(m, tmp_path / "model.pt")
+    blob = torch.load(path, weights_only=True)  # plain data only: loads without unpickling code
+    assert blob["format"] == FORMAT
     loaded = load_model(path)
-    x = torch.rand(4, 1, 28, 28)
+    x = next(iter(loader()))[0]
     with torch.no_grad():
-        assert torch.equal(module(x, halting="full").logits, loaded(x, halting="full").logits)
-    assert loaded.hparams.hidden_size == 32 and not loaded.training
+        assert torch.equal(m(x).prediction_logits, loaded(x).prediction_logits)
+    assert loaded.hparams.method == "act" and not loaded.training
+    assert loaded.model.tau == 0.01
 
 
-def test_damaged_and_mismatched_checkpoints(tmp_path):
+def test_checkpoint_errors(tmp_path):
     with pytest.raises(CheckpointError, match="no checkpoint"):
         load_model(tmp_path / "missing.pt")
+    good = save_weights(module(max_steps=3), tmp_path / "good.pt")
     damaged = tmp_path / "damaged.pt"
-    good = save_weights(PonderLitModule(max_steps=3), tmp_path / "good.pt")
     damaged.write_bytes(good.read_bytes()[:1000])
     with pytest.raises(CheckpointError, match="damaged"):
         load_model(damaged)
     blob = torch.load(good, weights_only=True)
-    blob["hparams"]["hidden_size"] = 16  # weights no longer fit
+    blob["hparams"]["step_options"]["hidden_size"] = 8  # weights no longer fit
     torch.save(blob, tmp_path / "mismatch.pt")
     with pytest.raises(CheckpointError, match="do not fit"):
         load_model(tmp_path / "mismatch.pt")
+    blob = torch.load(good, weights_only=True)
+    blob["hparams"]["dropout_rate"] = 0.3
+    blob["hparams"]["colour"] = "red"
+    torch.save(blob, tmp_path / "unknown.pt")
+    with pytest.raises(CheckpointError, match="does not know: colour, dropout_rate"):
+        load_model(tmp_path / "unknown.pt")
+    blob = torch.load(good, weights_only=True)
+    blob["format"] = "pondernet_tutorial/weights-v1"
+    torch.save(blob, tmp_path / "old.pt")
+    with pytest.raises(CheckpointError, match="weights-v1"):
+        load_model(tmp_path / "old.pt")
     torch.save({"weights": 1}, tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="not a PonderNet checkpoint"):
         load_model(tmp_path / "other.pt")
 
 
 def test_lightning_ckpt_loads_weights_only(tmp_path):
-    module = PonderLitModule(max_steps=4)
+    m = module(max_steps=4)
     t = trainer(limit_train_batches=1, limit_val_batches=1)
-    t.fit(module, fake_loader(), fake_loader())
+    t.fit(m, loader(), loader())
     t.save_checkpoint(tmp_path / "run.ckpt")
     loaded = load_model(tmp_path / "run.ckpt")
-    assert loaded.hparams.max_steps == 4
-    for a, b in zip(module.state_dict().values(), loaded.state_dict().values()):
+    assert loaded.hparams.method_options["max_steps"] == 4
+    for a, b in zip(m.state_dict().values(), loaded.state_dict().values()):
         assert torch.equal(a, b)

@@ -38,33 +38,49 @@ def test_vectorised_equals_loop():
     assert out["loss"].item() == pytest.approx(total, rel=1e-5)
 
 
-def test_kl_nonnegative_and_zero_at_prior():
+def test_kl_zero_at_the_prior_and_nonnegative_where_it_is_a_divergence():
+    """With the renormalised prior both directions are divergences: ≥ 0, and 0 at the prior. With the
+    paper's unnormalised prior (mass (1 − λ_p)^N missing) KL(p_G ‖ p) is not a divergence and can be
+    negative; KL(p ‖ p_G) stays ≥ 0 since p_G sums to less than 1."""
     for _ in range(5):
         log_p = log_halting_distribution(torch.randn(N, B) * 3)
-        for renorm in (False, True):
-            for direction in ("forward", "reverse"):
-                assert RegularizationLoss(0.2, N, direction, renorm)(log_p).item() >= -1e-6
+        for direction in ("p_prior", "prior_p"):
+            assert RegularizationLoss(0.2, N, direction, renormalize_prior=True)(log_p).item() >= -1e-6
+        assert RegularizationLoss(0.2, N, "p_prior")(log_p).item() >= -1e-6
     prior = geometric_prior(0.2, N, renormalize=True)
     log_p = prior.log()[:, None].repeat(1, 3)
-    for direction in ("forward", "reverse"):
+    for direction in ("p_prior", "prior_p"):
         kl = RegularizationLoss(0.2, N, direction, renormalize_prior=True)(log_p)
         assert abs(kl.item()) < 1e-6
     # the unnormalised prior misses (1 - λ_p)^N of its mass, so KL(prior ‖ p_G) = -log(1 - (1 - λ_p)^N) > 0
     kl = RegularizationLoss(0.2, N, renormalize_prior=False)(log_p)
     assert kl.item() == pytest.approx(-torch.log1p(torch.tensor(-(0.8**N))).item(), rel=1e-4)
+    # ... and KL(p_G ‖ p) against the unnormalised prior is negative for p = the renormalised prior
+    swapped = RegularizationLoss(0.2, N, "prior_p", renormalize_prior=False)(log_p)
+    assert swapped.item() < 0
 
 
-def test_reverse_equals_popular_kldivloss():
+def test_old_direction_names_still_work_with_a_warning():
+    log_p = log_halting_distribution(torch.randn(N, B))
+    with pytest.warns(DeprecationWarning, match="p_prior"):
+        old = RegularizationLoss(0.2, N, direction="forward")
+    assert old.direction == "p_prior"
+    torch.testing.assert_close(old(log_p), RegularizationLoss(0.2, N, "p_prior")(log_p))
+    with pytest.warns(DeprecationWarning, match="prior_p"):
+        assert RegularizationLoss(0.2, N, direction="reverse").direction == "prior_p"
+
+
+def test_prior_p_equals_popular_kldivloss():
     log_p = log_halting_distribution(torch.randn(N, B))
     p_g = geometric_prior(0.2, N)
     popular = nn.KLDivLoss(reduction="batchmean")(log_p.exp().T.log(), p_g.expand(B, N))
-    ours = RegularizationLoss(0.2, N, direction="reverse")(log_p)
+    ours = RegularizationLoss(0.2, N, direction="prior_p")(log_p)
     assert ours.item() == pytest.approx(popular.item(), rel=1e-5)
-    forward = RegularizationLoss(0.2, N, direction="forward")(log_p)
+    forward = RegularizationLoss(0.2, N, direction="p_prior")(log_p)
     assert forward.item() != pytest.approx(ours.item(), rel=1e-3)  # the two directions really differ
 
 
-@pytest.mark.parametrize("direction", ["forward", "reverse"])
+@pytest.mark.parametrize("direction", ["p_prior", "prior_p"])
 @pytest.mark.parametrize("value", [50.0, -50.0, 1e4, -1e4])
 def test_finite_for_saturated_lambda(direction, value):
     lam_logits = torch.full((N, B), value, requires_grad=True)
@@ -83,7 +99,7 @@ def test_popular_kldivloss_breaks_when_p_underflows():
     p = torch.cat([lam[:, :1], torch.cumprod(1 - lam, 1)[:, :-1] * lam[:, 1:]], 1)
     popular = nn.KLDivLoss(reduction="batchmean")(p.log(), geometric_prior(0.2, N).expand(B, N))
     assert not torch.isfinite(popular)
-    ours = RegularizationLoss(0.2, N, "reverse")(log_halting_distribution(torch.full((N, B), 69.0)))
+    ours = RegularizationLoss(0.2, N, "prior_p")(log_halting_distribution(torch.full((N, B), 69.0)))
     assert torch.isfinite(ours)
 
 
@@ -99,8 +115,14 @@ def test_reconstruction_weights_each_sample_by_its_own_p():
 
 
 def test_bad_inputs():
-    with pytest.raises(ValueError, match="direction"):
+    with pytest.raises(ValueError, match="kl_direction"):
         RegularizationLoss(0.2, N, direction="sideways")
+    with pytest.raises(ValueError, match="one loss per sample"):
+        ReconstructionLoss(nn.CrossEntropyLoss())(
+            torch.zeros(N, 3, C), torch.zeros(N, 3), torch.zeros(3, dtype=torch.long)
+        )
+    with pytest.raises(ValueError, match="lambda_p"):
+        PonderLoss(1.0, N)
     with pytest.raises(ValueError, match="beta"):
         PonderLoss(0.2, N, beta=-1)
     with pytest.raises(ValueError, match="lambda_p"):

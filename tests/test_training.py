@@ -1,4 +1,14 @@
-"""Real training on MNIST (a few thousand images) and the shipped results' reproducibility."""
+"""Training runs: seeding, the best epoch's weights, what a run folder holds, and when it is reused.
+
+Parity runs of a few batches keep these tests fast; the real-MNIST tests are marked slow.
+
+Deliberate breaks these tests catch (each was tried):
+- the seed set after the module is built (its weights then depend on what ran before):
+  test_same_seed_same_run_whatever_ran_before;
+- the best-epoch weights replaced by the last epoch's: test_the_best_epochs_weights_are_saved;
+- run folders reused across different configurations (the identity check in ``train`` or
+  ``run_one`` removed): test_a_folder_of_another_configuration_is_never_reused.
+"""
 
 import json
 
@@ -6,84 +16,152 @@ import pandas as pd
 import pytest
 import torch
 
-from pondernet_tutorial.checkpoints import available_pretrained, load_model, load_pretrained, pretrained_path
-from pondernet_tutorial.data import RotationSpec
-from pondernet_tutorial.evaluation import evaluate_sweep
-from pondernet_tutorial.training import TrainConfig, train
-
-pytestmark = pytest.mark.slow
-
-
-def quick(tmp_path, **kwargs):
-    defaults = dict(output_dir=str(tmp_path), progress_bar=False, train_subset=4000, epochs=2)
-    defaults.update(kwargs)
-    return TrainConfig(**defaults)
+from pondernet_tutorial.config import ConfigMismatchError, TrainConfig
+from pondernet_tutorial.data.base import EvalSet
+from pondernet_tutorial.evaluation import evaluate_set
+from pondernet_tutorial.studies import run_one
+from pondernet_tutorial.training import train
 
 
-def test_short_training_beats_chance_by_far(tmp_path, needs_mnist):
-    module, metadata = train(quick(tmp_path))
-    assert metadata["best_val_acc"] > 0.8  # chance is 0.1
-    run = quick(tmp_path).run_dir
-    assert (run / "model.pt").exists() and (run / "history.csv").exists()
-    assert json.loads((run / "metadata.json").read_text())["quick"] is True
-    history = pd.read_csv(run / "history.csv")
-    assert list(history["epoch"]) == [0, 1] and "val/expected_steps" in history
-    with pytest.raises(FileExistsError):
-        train(quick(tmp_path))
+def tiny(tmp_path, **kwargs):
+    values = dict(
+        experiment="parity-interpolation",
+        output_dir=str(tmp_path),
+        progress_bar=False,
+        epochs=2,
+        train_subset=256,
+        step_options={"hidden_size": 16},
+        max_steps=6,
+        compile=False,
+    )
+    values.update(kwargs)
+    return TrainConfig(**values)
 
 
-def test_same_seed_same_model(tmp_path, needs_mnist):
-    a, meta_a = train(quick(tmp_path / "a", train_subset=1000, epochs=1, experiment="extrapolation"))
-    b, meta_b = train(quick(tmp_path / "b", train_subset=1000, epochs=1, experiment="extrapolation"))
+def test_same_seed_same_run_whatever_ran_before(tmp_path):
+    a, meta_a = train(tiny(tmp_path / "a"))
+    torch.rand(1000)  # move the global random state
+    b, meta_b = train(tiny(tmp_path / "b"))
     for (name, pa), pb in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(pa, pb), name
     assert meta_a["best_val_acc"] == meta_b["best_val_acc"]
-    c, _ = train(quick(tmp_path / "c", train_subset=1000, epochs=1, experiment="extrapolation", seed=1))
+    c, _ = train(tiny(tmp_path / "c", seed=1))
     assert not torch.equal(
-        a.state_dict()["model.step_function.lambda_head.weight"],
-        c.state_dict()["model.step_function.lambda_head.weight"],
+        a.state_dict()["model.step_function.cell.weight_ih"],
+        c.state_dict()["model.step_function.cell.weight_ih"],
     )
 
 
-@pytest.mark.skipif(not available_pretrained(), reason="no shipped models")
-def test_shipped_model_reproduces_its_per_sample_table(needs_mnist):
-    experiment = "extrapolation" if "extrapolation" in available_pretrained() else "interpolation"
-    seed = available_pretrained()[experiment][0]
-    module = load_pretrained(experiment, seed)
-    shipped = pd.read_csv(pretrained_path(experiment, seed) / "per_sample.csv.gz")
-    specs = [RotationSpec(0.0), RotationSpec(90.0), RotationSpec(45.0, "uniform")]
-    fresh = evaluate_sweep(module, specs, limit=512)
-    for spec in specs:
-        new = fresh[fresh["set"] == spec.name].reset_index(drop=True)
-        old = shipped[(shipped["set"] == spec.name) & (shipped["index"] < 512)].reset_index(drop=True)
-        assert len(new) == len(old) == 512
-        for column in ("label", "prediction", "halt_step"):
-            assert (new[column].values == old[column].values).all(), (spec.name, column)
-        for column in ("expected_steps", "entropy"):
-            pd.testing.assert_series_equal(
-                new[column], old[column], rtol=2e-3, atol=2e-4, check_names=False, check_dtype=False
-            )
+def test_the_best_epochs_weights_are_saved(tmp_path):
+    config = tiny(tmp_path, epochs=5, lr=0.05, seed=1)
+    module, metadata = train(config)
+    history = pd.read_csv(config.run_dir / "history.csv")
+    best = int(history["val/acc"].idxmax())
+    assert best != len(history) - 1  # the setting of this test: the last epoch is not the best
+    assert metadata["best_epoch"] == history.loc[best, "epoch"]
+    assert metadata["best_val_acc"] == pytest.approx(history["val/acc"].max())
+    from pondernet_tutorial.checkpoints import load_model
+    from pondernet_tutorial.training import make_datamodule
+
+    saved = load_model(config.run_dir / "model.pt")
+    dm = make_datamodule(config)
+    dm.setup("fit")
+    table, _ = evaluate_set(saved, EvalSet("val", dm.val_inputs, dm.val_labels), seed=0, batch_size=128)
+    accuracy = (table["prediction"] == table["label"]).mean()
+    assert accuracy == pytest.approx(history.loc[best, "val/acc"], abs=1e-6)
 
 
-@pytest.mark.skipif(not available_pretrained(), reason="no shipped models")
-def test_every_shipped_model_loads_fast_and_is_full_budget():
-    import time
+def test_a_run_folder_holds_its_record(tmp_path):
+    config = tiny(tmp_path)
+    train(config)
+    run = config.run_dir
+    assert run == tmp_path / "parity-interpolation" / config.variant / "seed0"
+    assert {p.name for p in run.iterdir()} >= {"model.pt", "history.csv", "metadata.json"}
+    assert not (run / "checkpoints").exists()
+    meta = json.loads((run / "metadata.json").read_text())
+    assert meta["identity"] == json.loads(json.dumps(config.identity()))
+    assert meta["quick"] is True and meta["epochs_run"] == 2 and meta["stopped_by"] == "max_epochs"
+    history = pd.read_csv(run / "history.csv")
+    assert list(history["epoch"]) == [0, 1] and {"val/acc", "train/loss", "lr", "epoch_time_s"} <= set(
+        history
+    )
+    with pytest.raises(FileExistsError, match="overwrite"):
+        train(config)
 
-    for experiment, seeds in available_pretrained().items():
-        for seed in seeds:
-            start = time.perf_counter()
-            module = load_pretrained(experiment, seed)
-            assert time.perf_counter() - start < 1.0
-            assert not module.training
-            meta = json.loads((pretrained_path(experiment, seed) / "metadata.json").read_text())
-            assert meta["quick"] is False and meta["train_images"] == 55_000
-            assert meta["config"]["epochs"] == 20
+
+def test_history_and_metadata_with_the_tensorboard_logger(tmp_path):
+    pytest.importorskip("tensorboard")
+    config = tiny(tmp_path, logger="tensorboard")
+    train(config)
+    assert (config.run_dir / "history.csv").is_file() and (config.run_dir / "metadata.json").is_file()
 
 
-def test_load_model_from_shipped_folder_equals_load_pretrained():
-    if not available_pretrained():
-        pytest.skip("no shipped models")
-    experiment, seeds = next(iter(available_pretrained().items()))
-    a = load_pretrained(experiment, seeds[0])
-    b = load_model(pretrained_path(experiment, seeds[0]) / "model.pt")
-    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+def test_arguments_are_checked_before_a_folder_is_made(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
+    )
+    with pytest.raises(ValueError, match="pip install wandb"):
+        train(tiny(tmp_path, logger="wandb"))
+    with pytest.raises(Exception, match="accelerator"):
+        train(tiny(tmp_path, accelerator="abacus"))
+    with pytest.raises(ValueError, match="lambda_p"):
+        train(tiny(tmp_path, lambda_p=1.5))
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_folder_of_another_configuration_is_never_reused(tmp_path):
+    config = tiny(tmp_path)
+    train(config)
+    meta_path = config.run_dir / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta["identity"]["lr"] = 0.5  # as if the folder held a run of another configuration
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ConfigMismatchError, match="lr: saved 0.5"):
+        train(config)
+    with pytest.raises(ValueError, match="another configuration"):
+        run_one(config, limit=8, overwrite=False, reevaluate=False, threads=None)
+
+
+def test_different_configurations_get_different_folders(tmp_path):
+    configs = [
+        tiny(tmp_path),
+        tiny(tmp_path, lambda_p=0.1),
+        tiny(tmp_path, beta=0.0),
+        tiny(tmp_path, method="act"),
+        tiny(tmp_path, method="act", tau=0.01),
+        tiny(tmp_path, method="fixed"),
+        tiny(tmp_path, epochs=3),
+        tiny(tmp_path, train_subset=512),
+        tiny(tmp_path, kl_direction="prior_p"),
+        tiny(tmp_path, step_options={"hidden_size": 8}),
+        tiny(tmp_path, quick=True),
+        tiny(tmp_path, experiment="parity-extrapolation"),
+    ]
+    folders = {c.run_dir for c in configs}
+    assert len(folders) == len(configs)
+    same = tiny(tmp_path, accelerator="cpu", compile=True, logger="tensorboard", progress_bar=True)
+    assert same.run_dir == configs[0].run_dir  # where and how fast a run trains does not name it
+
+
+def test_run_one_reuses_only_matching_tables(tmp_path):
+    config = tiny(tmp_path)
+    first = run_one(config, limit=8, overwrite=False, reevaluate=False, threads=None)
+    assert first["done"] == "trained"
+    again = run_one(config, limit=8, overwrite=False, reevaluate=False, threads=None)
+    assert again["done"] == "reused"
+    other_limit = run_one(config, limit=4, overwrite=False, reevaluate=False, threads=None)
+    assert other_limit["done"] == "evaluated"  # the tables were for another test-set limit
+    record = json.loads((config.run_dir / "evaluation.json").read_text())
+    assert record["limit"] == 4 and len(pd.read_csv(config.run_dir / "per_sample.csv.gz")) == 4 * 16
+
+
+@pytest.mark.slow
+def test_short_mnist_training_beats_chance_by_far(tmp_path, needs_mnist):
+    config = TrainConfig(
+        output_dir=str(tmp_path), progress_bar=False, train_subset=4000, epochs=2, compile=False
+    )
+    _, metadata = train(config)
+    assert metadata["best_val_acc"] > 0.6  # chance is 0.1

@@ -4,13 +4,15 @@ The whole of MNIST fits in memory (47 MB as uint8), so it is loaded once into te
 batches by index: no per-image PIL transform. Rotation is applied to whole batches on the device with
 ``affine_grid``/``grid_sample``, so a rotated epoch costs little more than a plain one.
 
-Where the data lives: the ``data_dir`` argument, overridden by the environment variable
-``PONDERNET_DATA_DIR``, defaulting to a user cache folder (``~/.cache/pondernet_tutorial``) where
-torchvision downloads MNIST on a machine with internet.
+Where the data lives: the ``data_dir`` argument if given, else the environment variable
+``PONDERNET_DATA_DIR``, else a user cache folder (``~/.cache/pondernet_tutorial``) where torchvision
+downloads MNIST on a machine with internet.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import os
 from dataclasses import dataclass
@@ -20,7 +22,9 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader
+
+from .base import EvalSet, batch_loader, check_batch_size
 
 DATA_DIR_VARIABLE = "PONDERNET_DATA_DIR"
 DEFAULT_DATA_DIR = Path.home() / ".cache" / "pondernet_tutorial"
@@ -38,12 +42,68 @@ class MNISTNotFoundError(FileNotFoundError):
     """MNIST is neither on disk nor downloadable."""
 
 
+class MNISTDamagedError(RuntimeError):
+    """An MNIST file is on disk but truncated or corrupt."""
+
+
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    """``$PONDERNET_DATA_DIR`` if set, else ``data_dir``, else ``~/.cache/pondernet_tutorial``."""
+    """``data_dir`` if given, else ``$PONDERNET_DATA_DIR`` if set, else ``~/.cache/pondernet_tutorial``."""
+    if data_dir is not None:
+        return Path(data_dir).expanduser()
     env = os.environ.get(DATA_DIR_VARIABLE)
-    if env:
-        return Path(env).expanduser()
-    return Path(data_dir).expanduser() if data_dir is not None else DEFAULT_DATA_DIR
+    return Path(env).expanduser() if env else DEFAULT_DATA_DIR
+
+
+def _split_files(train: bool) -> tuple[str, str]:
+    prefix = "train" if train else "t10k"
+    return f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"
+
+
+def read_idx(path: Path, shape: tuple[int, ...]) -> Tensor:
+    """Read an uncompressed IDX file of unsigned bytes with the given shape, or raise
+    :class:`MNISTDamagedError` naming the file."""
+    data = path.read_bytes()
+    magic = 0x800 + len(shape)  # 0x00000803 for images, 0x00000801 for labels
+    header = 4 + 4 * len(shape)
+    expected = (magic, *shape)
+    found = tuple(int.from_bytes(data[4 * i : 4 * i + 4], "big") for i in range(len(shape) + 1))
+    if found != expected or len(data) != header + math.prod(shape):
+        raise MNISTDamagedError(
+            f"{path} is damaged: expected an IDX file of shape {shape} ({header + math.prod(shape)} bytes), "
+            f"found header {found[1:]} and {len(data)} bytes. Delete it and download MNIST again."
+        )
+    return torch.frombuffer(bytearray(data[header:]), dtype=torch.uint8).view(shape)
+
+
+def download_mnist(data_dir: str | os.PathLike | None = None) -> Path:
+    """Make sure the four MNIST files are on disk, downloading them with torchvision if needed.
+
+    Returns:
+        the folder ``<data dir>/MNIST/raw`` that holds them.
+
+    Raises:
+        MNISTNotFoundError: offline with no copy on disk; the message names the files and the variable.
+    """
+    root = resolve_data_dir(data_dir)
+    raw = root / "MNIST" / "raw"
+    if all((raw / name).is_file() for name in MNIST_FILES):
+        return raw
+    from torchvision.datasets import MNIST
+
+    messages = io.StringIO()  # torchvision prints every mirror it tries: keep that for the error
+    try:
+        with contextlib.redirect_stdout(messages), contextlib.redirect_stderr(messages):
+            for train in (True, False):
+                MNIST(root=str(root), train=train, download=True)
+    except Exception as error:  # no network, or a partial download
+        reason = (str(error).strip().splitlines() or [""])[0]
+        raise MNISTNotFoundError(
+            f"MNIST could not be found under {raw} nor downloaded ({type(error).__name__}: {reason}). "
+            f"Put the four IDX files ({', '.join(MNIST_FILES)}) in {raw}, or set the environment "
+            f"variable {DATA_DIR_VARIABLE} to the folder that holds MNIST/raw/, or go online once "
+            "so that torchvision can download them."
+        ) from error
+    return raw
 
 
 def load_mnist(train: bool, data_dir: str | os.PathLike | None = None) -> tuple[Tensor, Tensor]:
@@ -54,21 +114,14 @@ def load_mnist(train: bool, data_dir: str | os.PathLike | None = None) -> tuple[
 
     Raises:
         MNISTNotFoundError: offline with no copy on disk; the message names the files and the variable.
+        MNISTDamagedError: a file is truncated or corrupt; the message names it.
     """
-    from torchvision.datasets import MNIST
-
-    root = resolve_data_dir(data_dir)
-    try:
-        dataset = MNIST(root=str(root), train=train, download=True)
-    except Exception as error:  # no network, or a partial download
-        raw = root / "MNIST" / "raw"
-        raise MNISTNotFoundError(
-            f"MNIST could not be found under {raw} nor downloaded ({type(error).__name__}: {error}).\n"
-            f"Put the four IDX files ({', '.join(MNIST_FILES)}) in {raw}, or set the environment "
-            f"variable {DATA_DIR_VARIABLE} to the folder that holds MNIST/raw/, or go online once "
-            "so that torchvision can download them."
-        ) from error
-    return dataset.data.unsqueeze(1).contiguous(), dataset.targets.long()
+    raw = download_mnist(data_dir)
+    images_file, labels_file = _split_files(train)
+    count = 60_000 if train else 10_000
+    images = read_idx(raw / images_file, (count, 28, 28))
+    labels = read_idx(raw / labels_file, (count,))
+    return images.unsqueeze(1).contiguous(), labels.long()
 
 
 def rotate(images: Tensor, angles_deg: Tensor) -> Tensor:
@@ -103,9 +156,14 @@ def uniform_angles(n: int, max_deg: float, generator: torch.Generator | None = N
     return (torch.rand(n, generator=generator) * 2.0 - 1.0) * max_deg
 
 
+EXACT_ANGLES = tuple(range(-180, 181, 15))  # signed: positive turns counter-clockwise
+REFERENCE_ANGLES = (22.5, 45.0, 67.5, 90.0)  # RandomRotation(θ) of the popular implementations
+
+
 @dataclass(frozen=True)
 class RotationSpec:
-    """How a test set is rotated: by exactly ``degrees``, or uniformly within ±``degrees``."""
+    """How a test set is rotated: by exactly ``degrees`` (positive: counter-clockwise, negative:
+    clockwise), or uniformly within ±``degrees``."""
 
     degrees: float
     mode: str = "exact"  # "exact" or "uniform"
@@ -113,6 +171,8 @@ class RotationSpec:
     def __post_init__(self):
         if self.mode not in ("exact", "uniform"):
             raise ValueError(f"rotation mode must be 'exact' or 'uniform', got {self.mode!r}.")
+        if self.mode == "uniform" and self.degrees < 0:
+            raise ValueError(f"a uniform rotation's half-range must be >= 0, got {self.degrees}.")
 
     @property
     def name(self) -> str:
@@ -129,6 +189,16 @@ class RotationSpec:
         return rotate(images, angles) if self.degrees else images
 
 
+def rotation_sweep(
+    angles: tuple[float, ...] = EXACT_ANGLES, uniform: tuple[float, ...] = REFERENCE_ANGLES
+) -> list[RotationSpec]:
+    """Exact signed angles (default −180° to 180° in steps of 15°) and uniform ranges ±θ."""
+    return [RotationSpec(float(a)) for a in angles] + [RotationSpec(float(a), "uniform") for a in uniform]
+
+
+SWEEPS = {"full": rotation_sweep()}  # every 15° in both directions, and the reference protocol
+
+
 def rotated_test_set(images: Tensor, spec: RotationSpec, seed: int = 0, batch_size: int = 2048) -> Tensor:
     """Rotate a whole test set reproducibly: float images in [0, 1], ``(M, 1, 28, 28)``."""
     generator = torch.Generator().manual_seed(seed)
@@ -136,45 +206,18 @@ def rotated_test_set(images: Tensor, spec: RotationSpec, seed: int = 0, batch_si
     return torch.cat([spec.apply(chunk, generator) for chunk in floats.split(batch_size)])
 
 
-class TensorBatches(Dataset):
-    """A dataset whose items are whole batches: ``dataset[list_of_indices] -> (images, labels)``.
-
-    Used with ``DataLoader(..., batch_size=None, sampler=BatchSampler(...))``, which avoids
-    stacking 128 single images per batch.
-    """
-
-    def __init__(self, images: Tensor, labels: Tensor):
-        self.images, self.labels = images, labels
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, indices):
-        index = torch.as_tensor(indices)
-        images = self.images[index]
-        if not images.is_floating_point():
-            images = images.float().div_(255.0)
-        return images, self.labels[index]
-
-
-def batch_loader(images: Tensor, labels: Tensor, batch_size: int, shuffle: bool) -> DataLoader:
-    """A DataLoader that serves ``(images (B, 1, 28, 28) float, labels (B,))`` batches from tensors."""
-    dataset = TensorBatches(images, labels)
-    sampler = RandomSampler(dataset) if shuffle else SequentialSampler(dataset)
-    return DataLoader(dataset, batch_size=None, sampler=BatchSampler(sampler, batch_size, False))
-
-
 class MNISTDataModule(L.LightningDataModule):
     """MNIST with a fixed 55,000 / 5,000 train/val split, optional rotations.
 
     Args:
-        data_dir: where MNIST lives (``$PONDERNET_DATA_DIR`` overrides it).
+        data_dir: where MNIST lives (default: ``$PONDERNET_DATA_DIR``, else a user cache folder).
         batch_size: batch size of every loader.
         train_rotation: rotate training (and validation) digits uniformly in ±``train_rotation``
             degrees; 0 for plain MNIST. Training batches get fresh angles every epoch, drawn on the
             device after transfer; the validation set is rotated once with a fixed seed.
         test_rotations: one test set per entry: a :class:`RotationSpec`, or a number for an exact
-            angle. Default: the unrotated test set.
+            angle (positive: counter-clockwise); or the name of a sweep in :data:`SWEEPS`. Default:
+            the unrotated test set.
         train_subset, test_subset: use only the first so many training / test images (quick runs).
     """
 
@@ -188,15 +231,17 @@ class MNISTDataModule(L.LightningDataModule):
         test_subset: int | None = None,
     ):
         super().__init__()
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-        if train_rotation < 0:
+        self.batch_size = check_batch_size(batch_size)
+        if not train_rotation >= 0:
             raise ValueError(
                 f"train_rotation is a half-range in degrees and must be >= 0, got {train_rotation}."
             )
         self.data_dir = data_dir
-        self.batch_size = batch_size
         self.train_rotation = float(train_rotation)
+        if isinstance(test_rotations, str):
+            if test_rotations not in SWEEPS:
+                raise ValueError(f"unknown sweep {test_rotations!r}; choose one of {', '.join(SWEEPS)}.")
+            test_rotations = SWEEPS[test_rotations]
         specs = test_rotations if test_rotations is not None else [RotationSpec(0.0)]
         self.test_specs = [s if isinstance(s, RotationSpec) else RotationSpec(float(s)) for s in specs]
         self.train_subset, self.test_subset = train_subset, test_subset
@@ -206,6 +251,14 @@ class MNISTDataModule(L.LightningDataModule):
     def test_set_names(self) -> list[str]:
         """Names of the test sets, in the order of the test dataloaders (e.g. ``rot45``, ``rot_pm45``)."""
         return [spec.name for spec in self.test_specs]
+
+    @property
+    def train_size(self) -> int:
+        """Training images per epoch."""
+        return len(self.train_labels)
+
+    def prepare_data(self) -> None:
+        download_mnist(self.data_dir)  # once, on one process; setup() only reads
 
     def setup(self, stage: str | None = None) -> None:
         if stage in (None, "fit", "validate") and not hasattr(self, "train_images"):
@@ -238,6 +291,14 @@ class MNISTDataModule(L.LightningDataModule):
 
     def predict_dataloader(self) -> list[DataLoader]:
         return self.test_dataloader()
+
+    def evaluation_sets(self) -> list[EvalSet]:
+        """The rotated test sets for :func:`~pondernet_tutorial.evaluation.evaluate`."""
+        self.setup("test")
+        return [
+            EvalSet(spec.name, images, self.test_labels, {"mode": spec.mode, "degrees": spec.degrees})
+            for spec, images in zip(self.test_specs, self.test_sets)
+        ]
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         """Rotate training batches by fresh uniform angles in ±``train_rotation``, on the device."""

@@ -1,0 +1,130 @@
+"""Adaptive Computation Time (Graves 2016), over the same step functions as PonderNet.
+
+The step function's halting logit gives a *halting unit* ``h_n = sigmoid(z_n)`` per step. ACT halts
+deterministically, at the first step where the halting units add up to almost one:
+
+    N(x) = min{ n : Σ_{j≤n} h_j ≥ 1 − ε }   (or the last step, M = max_steps)
+    R    = 1 − Σ_{n<N} h_n                  the remainder, in (ε, 1]
+    p_n  = h_n for n < N,  p_N = R,  0 after N          (a distribution over 1..N)
+    ŷ    = Σ_n p_n ŷ_n                        the mean-field output
+    ρ    = N + R                              the ponder cost;  L = ℒ(y, ŷ) + τ · mean(ρ)
+
+ACT averages the steps' outputs instead of sampling one of them, so the loss is differentiable in
+the halting units that make up ``p``. ``N`` is an integer, a constant for the gradient: the ponder
+cost reaches the halting units only through ``R``, whose gradient with respect to each ``h_n``,
+``n < N``, is −1 (so ``∂(τρ)/∂h_n = −τ``), and the halting unit of step ``N`` gets none. Computation
+stops at ``N(x)`` per sample, in training as at inference.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..losses import per_sample_loss
+from .base import HaltingRule, PonderingMethod, PonderOutput, unroll
+
+
+def check_epsilon(epsilon: float) -> float:
+    """ε must lie in (0, 1): the halting threshold is 1 − ε."""
+    epsilon = float(epsilon)
+    if not 0.0 < epsilon < 1.0:
+        raise ValueError(
+            f"epsilon must lie strictly between 0 and 1 (ACT halts at Σh ≥ 1 − ε), got {epsilon}."
+        )
+    return epsilon
+
+
+def check_tau(tau: float) -> float:
+    """τ must be ≥ 0: it weighs the ponder cost."""
+    if not float(tau) >= 0:
+        raise ValueError(f"tau must be >= 0, got {tau}: it weighs ACT's ponder cost (0 turns it off).")
+    return float(tau)
+
+
+class ACTHalting(HaltingRule):
+    """ACT's rule: a sample halts after the first step ``n`` with ``Σ_{j≤n} h_j ≥ 1 − ε``."""
+
+    def __init__(self, epsilon: float = 0.01):
+        self.epsilon = check_epsilon(epsilon)
+
+    def start(self, batch, max_steps, device):
+        self.cumulative = torch.zeros(batch, device=device)  # Σ_{j≤n} h_j
+
+    def halts(self, n, z, active):
+        self.cumulative[active] += torch.sigmoid(z.float())  # + h_n
+        return self.cumulative[active] >= 1.0 - self.epsilon
+
+
+def act_weights(halting_logits: Tensor, halt_step: Tensor) -> tuple[Tensor, Tensor]:
+    """ACT's step weights and remainder from the halting logits and ``N(x)``.
+
+    Args:
+        halting_logits: ``(S, B)`` logits ``z_n``, ``h_n = sigmoid(z_n)`` (entries after ``N`` unused).
+        halt_step: ``(B,)`` ``N(x)`` in 1..S (an integer: no gradient flows through it).
+
+    Returns:
+        ``p (S, B)`` with ``p_n = h_n`` for ``n < N``, ``p_N = R`` and 0 after, and ``R (B,)``.
+    """
+    h = torch.sigmoid(halting_logits.float())  # h_n
+    steps = torch.arange(1, h.shape[0] + 1, device=h.device)[:, None]  # (S, 1)
+    before = (steps < halt_step[None]).to(h.dtype)  # n < N: a constant mask
+    at = (steps == halt_step[None]).to(h.dtype)  # n = N
+    h_before = h * before
+    remainder = 1.0 - h_before.sum(0)  # R = 1 − Σ_{n<N} h_n
+    return h_before + at * remainder[None], remainder  # p_n
+
+
+class ACT(PonderingMethod):
+    """Adaptive Computation Time over a step function.
+
+    Args:
+        step_function: the network that is applied at every step.
+        max_steps: ``M``, the most steps (``N(x) ≤ M``).
+        tau: weight τ ≥ 0 of the ponder cost.
+        epsilon: ε in (0, 1); a sample halts once its halting units reach ``1 − ε``.
+        loss_fn: per-sample task loss (cross-entropy by default), applied to the mean-field output.
+        halting_bias: initial bias of the halting layer. Graves (2016) used +1; with a positive or zero
+            bias the network often settles at 1–2 steps, and a negative bias (more steps at first) is
+            the known fix. None keeps PyTorch's initialisation.
+    """
+
+    loss_terms = ("task", "ponder_cost")
+
+    def __init__(
+        self,
+        step_function,
+        max_steps: int = 20,
+        tau: float = 1e-3,
+        epsilon: float = 0.01,
+        loss_fn=None,
+        halting_bias: float | None = None,
+    ):
+        super().__init__(step_function, max_steps, loss_fn, halting_bias)
+        self.tau = check_tau(tau)
+        self.epsilon = check_epsilon(epsilon)
+
+    def forward(self, x) -> PonderOutput:
+        """Run ACT on a batch: each sample stops at its own ``N(x)``, in training and at inference."""
+        logits, halting_logits, halt_step = unroll(
+            self.step_function, x, self.max_steps, ACTHalting(self.epsilon)
+        )
+        p, remainder = act_weights(halting_logits, halt_step)
+        prediction = (p[..., None].to(logits.dtype) * logits).sum(0)  # ŷ = Σ_n p_n ŷ_n
+        return PonderOutput(
+            logits,
+            halting_logits,
+            halt_step,
+            steps_run=len(logits),
+            p=p,
+            prediction=prediction,
+            ponder_cost=halt_step.to(remainder.dtype) + remainder,  # ρ = N + R
+        )
+
+    def fit_forward(self, x) -> PonderOutput:
+        return self.forward(x)
+
+    def loss(self, out: PonderOutput, targets: Tensor) -> dict[str, Tensor]:
+        task = per_sample_loss(self.loss_fn, out.prediction.float(), targets).mean()  # ℒ(y, Σ p_n ŷ_n)
+        ponder = out.ponder_cost.mean()  # mean ρ
+        return {"loss": task + self.tau * ponder, "task": task, "ponder_cost": ponder}

@@ -1,0 +1,65 @@
+"""The step-function interface: what every network that ponders implements.
+
+A *step function* maps the input and a hidden state to a prediction, a halting logit and the next
+state,
+
+    (x, h_n) -> (ŷ_n, z_n, h_{n+1}),        λ_n = sigmoid(z_n)  (PonderNet),  h_n = sigmoid(z_n)  (ACT).
+
+The input does not change between steps, so a step function may split off an :meth:`encode` that runs
+once per forward pass (for MNIST: the CNN); its result, the *context*, is what each step sees. The
+context and the hidden state are a tensor or a tuple of tensors (an LSTM's ``(h, c)``), each with the
+batch on its first axis: the halting methods drop halted samples from them with :func:`select_rows`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Union
+
+from torch import Tensor, nn
+
+State = Union[Tensor, tuple]  # a tensor, or a (possibly nested) tuple of tensors, batch first
+
+
+def map_state(fn: Callable[[Tensor], Tensor], state: State) -> State:
+    """Apply ``fn`` to every tensor of a state, keeping its tuple structure."""
+    if isinstance(state, Tensor):
+        return fn(state)
+    if isinstance(state, (tuple, list)):
+        return type(state)(map_state(fn, part) for part in state)
+    raise TypeError(f"a state is a tensor or a tuple of tensors, got {type(state).__name__}.")
+
+
+def select_rows(state: State, index: Tensor) -> State:
+    """The rows ``index`` (a boolean mask or indices over the batch) of every tensor of a state."""
+    return map_state(lambda t: t[index], state)
+
+
+def state_batch_size(state: State) -> int:
+    """The batch size of a state: the first axis of its first tensor."""
+    while not isinstance(state, Tensor):
+        if not isinstance(state, (tuple, list)) or not state:
+            raise TypeError("a state is a tensor or a non-empty tuple of tensors.")
+        state = state[0]
+    return state.shape[0]
+
+
+class StepFunction(nn.Module):
+    """Base class of a step function ``(x, h_n) -> (ŷ_n, z_n, h_{n+1})``.
+
+    Subclasses implement :meth:`initial_state` and :meth:`step`, and may override :meth:`encode` for
+    work that depends on the input alone (done once, not at every step). A subclass that names its
+    halting layer ``halting_head`` (an ``nn.Linear`` computing ``z_n``) lets a halting method set that
+    layer's initial bias (ACT's ``halting_bias``).
+    """
+
+    def encode(self, x: Tensor) -> State:
+        """Per-input work done once per forward pass; identity by default."""
+        return x
+
+    def initial_state(self, context: State) -> State:
+        """``h_1`` for a batch."""
+        raise NotImplementedError
+
+    def step(self, context: State, h: State) -> tuple[Tensor, Tensor, State]:
+        """One step: returns ``(ŷ_n (B, C), z_n (B,), h_{n+1})``."""
+        raise NotImplementedError

@@ -1,0 +1,326 @@
+"""The runs behind the book, grouped in named studies, and the command that reproduces them.
+
+A :class:`Study` lists run configurations (as :class:`~pondernet_tutorial.config.TrainConfig` fields)
+and seeds. :func:`reproduce` trains every run that is not trained yet, evaluates it, and writes the
+study's tables. A run already in the results folder is reused only when its recorded configuration
+equals the requested one, and its tables only when their evaluation record does; a run folder is
+named after its configuration, so studies share runs (the MNIST grid's reference cell is the reference
+run) and never overwrite each other's.
+
+Layout of a results folder (the shipped one is ``pondernet_tutorial/pretrained``)::
+
+    <experiment>/<variant>/seed<k>/   model.pt, history.csv, metadata.json, evaluation.json,
+                                      summary.csv, per_step.csv, per_class.csv, per_sample.csv.gz
+    studies/<study>/                  runs.csv, summary.csv, per_step.csv, per_class.csv, study.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .config import PRETRAINED_DIR, TrainConfig, identity_differences
+
+if TYPE_CHECKING:  # pandas is imported where it is used: listing the studies stays light
+    import pandas as pd
+
+SHIP_LEVELS = ("tables", "weights", "all")  # all: weights and per-sample tables
+
+
+@dataclass(frozen=True)
+class Study:
+    """A named group of runs.
+
+    Attributes:
+        runs: one dictionary of :class:`TrainConfig` fields per configuration; ``"seeds"`` (default
+            ``(0, 1, 2)``) gives its seeds.
+        ship: what of each run the package ships: ``"tables"`` (evaluation tables and metadata),
+            ``"weights"`` (also ``model.pt``) or ``"all"`` (also the per-sample table).
+    """
+
+    name: str
+    description: str
+    runs: tuple
+    ship: str = "weights"
+
+    def configs(self, **common) -> list[TrainConfig]:
+        """One configuration per run and seed (``common``: fields shared by all, e.g. ``output_dir``)."""
+        configs = []
+        for run in self.runs:
+            run = dict(run)
+            for seed in run.pop("seeds", (0, 1, 2)):
+                configs.append(TrainConfig(**{**run, **common, "seed": seed}))
+        return configs
+
+
+MNIST_GRID_LAMBDA_P = (0.05, 0.1, 0.2, 0.5, 0.9)
+MNIST_GRID_BETA = (0.0, 0.001, 0.01, 0.1)
+MNIST_GRID_THREE_SEEDS = {(0.05, 0.0), (0.05, 0.1), (0.9, 0.0), (0.9, 0.1), (0.2, 0.01)}  # corners, reference
+ACT_BIAS = -3.0  # initial halting bias of ACT: h ≈ 0.05, so training starts at the full 20 steps
+PARITY_METHODS = (
+    {"method": "pondernet", "lambda_p": 0.2},
+    {"method": "pondernet", "lambda_p": 0.1},
+    {"method": "act", "tau": 1e-4, "halting_bias": ACT_BIAS},
+    {"method": "act", "tau": 1e-3, "halting_bias": ACT_BIAS},
+    {"method": "act", "tau": 1e-2, "halting_bias": ACT_BIAS},
+    {"method": "act", "tau": 1e-3},  # PyTorch's initialisation of the bias (about 0)
+    {"method": "fixed", "max_steps": 1},
+    {"method": "fixed", "max_steps": 20},
+)
+EXTRAPOLATION = "mnist-extrapolation"
+
+STUDIES: dict[str, Study] = {
+    s.name: s
+    for s in [
+        Study(
+            "mnist-reference",
+            "the reference PonderNet on MNIST, interpolation and extrapolation",
+            ({"experiment": "mnist-interpolation"}, {"experiment": EXTRAPOLATION}),
+            ship="all",
+        ),
+        Study(
+            "mnist-baselines",
+            "the plain CNN and fixed-step networks (1, 5 and 20 steps) on the extrapolation setting",
+            (
+                {"experiment": EXTRAPOLATION, "method": "fixed", "max_steps": 1, "step": "mnist_cnn"},
+                {"experiment": EXTRAPOLATION, "method": "fixed", "max_steps": 1},
+                {"experiment": EXTRAPOLATION, "method": "fixed", "max_steps": 5},
+                {"experiment": EXTRAPOLATION, "method": "fixed", "max_steps": 20},
+            ),
+        ),
+        Study(
+            "mnist-grid",
+            "PonderNet over λ_p × β on the extrapolation setting",
+            tuple(
+                {
+                    "experiment": EXTRAPOLATION,
+                    "lambda_p": lambda_p,
+                    "beta": beta,
+                    "seeds": (0, 1, 2) if (lambda_p, beta) in MNIST_GRID_THREE_SEEDS else (0,),
+                }
+                for lambda_p in MNIST_GRID_LAMBDA_P
+                for beta in MNIST_GRID_BETA
+            ),
+            ship="tables",
+        ),
+        Study(
+            "mnist-ablations",
+            "the KL direction of the popular implementations, and the renormalised prior",
+            (
+                {"experiment": EXTRAPOLATION, "kl_direction": "prior_p"},
+                {"experiment": EXTRAPOLATION, "renormalize_prior": True},
+            ),
+        ),
+        Study(
+            "mnist-refine",
+            "PonderNet with a step function that refines the CNN's feature map at every step",
+            ({"experiment": EXTRAPOLATION, "step": "mnist_refine"},),
+        ),
+        Study(
+            "parity",
+            "PonderNet, ACT and fixed-step networks on parity, interpolation and extrapolation",
+            tuple(
+                {"experiment": experiment, **method}
+                for experiment in ("parity-interpolation", "parity-extrapolation")
+                for method in PARITY_METHODS
+            ),
+            ship="all",
+        ),
+    ]
+}
+
+
+def get_study(name: str) -> Study:
+    if name not in STUDIES:
+        raise ValueError(f"unknown study {name!r}; choose one of {', '.join(STUDIES)}.")
+    return STUDIES[name]
+
+
+# ---------------------------------------------------------------------------------------------------
+def run_one(
+    config: TrainConfig, limit: int | None, overwrite: bool, reevaluate: bool, threads: int | None
+) -> dict:
+    """Train (unless trained) and evaluate (unless evaluated) one run; returns a short record."""
+    import torch
+
+    from .evaluation import evaluate_run, tables_up_to_date
+    from .training import read_metadata, train
+
+    if threads:
+        torch.set_num_threads(threads)
+    start = time.perf_counter()
+    run_dir = config.run_dir
+    saved = read_metadata(run_dir)
+    if saved is not None and not overwrite:  # never replace another configuration's run silently
+        differences = identity_differences(saved["identity"], config.identity())
+        if differences:
+            raise ValueError(
+                f"{run_dir} holds another configuration ({'; '.join(differences)}); pass --overwrite to retrain it."
+            )
+    if not overwrite and not reevaluate and tables_up_to_date(config, limit):
+        return {"run_dir": str(run_dir), "seconds": 0.0, "done": "reused"}
+    module = None
+    if overwrite or not (run_dir / "model.pt").is_file():
+        print(f"== training {run_dir}", flush=True)
+        module, _ = train(config, overwrite=True)
+    print(f"== evaluating {run_dir}", flush=True)
+    evaluate_run(config, limit=limit, overwrite=True, module=module)
+    return {
+        "run_dir": str(run_dir),
+        "seconds": round(time.perf_counter() - start, 1),
+        "done": "trained" if module else "evaluated",
+    }
+
+
+def reproduce(
+    studies=("mnist-reference",),
+    output_dir: str | Path = "results/reproduce",
+    quick: bool = False,
+    jobs: int = 1,
+    overwrite: bool = False,
+    reevaluate: bool = False,
+    ship: bool = False,
+    **common,
+) -> dict[str, dict[str, pd.DataFrame]]:
+    """Train and evaluate every run of the named studies, then write each study's tables.
+
+    Args:
+        studies: names in :data:`STUDIES`.
+        output_dir: the results folder (never the shipped one unless ``ship``).
+        quick: CI's tiny runs (the experiments' quick settings); never shipped.
+        jobs: runs trained at once, in separate processes with ``cpu_count // jobs`` threads each.
+        overwrite: retrain runs that are already trained.
+        reevaluate: evaluate runs again even where their tables are up to date.
+        ship: write into the package's ``pretrained/`` folder and keep only what the study ships.
+        common: :class:`TrainConfig` fields for every run (``accelerator``, ``data_dir``, ...).
+    """
+    if ship and (quick or common.get("train_subset")):
+        raise ValueError("quick runs (--quick or --train-subset) are never shipped as pretrained results.")
+    root = PRETRAINED_DIR if ship else Path(output_dir)
+    chosen = [get_study(name) for name in studies]
+    start = time.perf_counter()
+    configs = {}  # one entry per run folder: studies may share runs
+    for study in chosen:
+        for config in study.configs(output_dir=str(root), quick=quick, progress_bar=False, **common):
+            configs[config.run_dir] = config
+    limit_of = {c.run_dir: _quick_limit(c) if quick else None for c in configs.values()}
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+    arguments = [(c, limit_of[c.run_dir], overwrite, reevaluate, threads) for c in configs.values()]
+    if jobs > 1:
+        import multiprocessing
+
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            records = list(pool.map(run_one, *zip(*arguments)))
+    else:
+        records = [run_one(*a) for a in arguments]
+    wall = round(time.perf_counter() - start, 1)
+    tables = {}
+    seconds = {r["run_dir"]: r["seconds"] for r in records}
+    for study in chosen:
+        mine = [seconds[str(c.run_dir)] for c in study.configs(output_dir=str(root), quick=quick)]
+        info = {
+            "command_wall_time_s": wall,
+            "command_studies": list(studies),
+            "jobs": jobs,
+            "run_seconds": sum(mine),
+        }
+        tables[study.name] = write_study_tables(study, root, quick=quick, **info)
+        if ship:
+            prune_for_shipping(study, root)
+    print(json.dumps({"seconds": wall, "root": str(root), "runs": len(records)}))
+    return tables
+
+
+def _quick_limit(config: TrainConfig) -> int | None:
+    from .registry import get_experiment
+
+    return get_experiment(config.experiment).quick.get("limit")
+
+
+def _run_columns(config: TrainConfig) -> dict:
+    return {
+        "experiment": config.experiment,
+        "variant": config.variant,
+        "method": config.method,
+        "step": config.step,
+        "seed": config.seed,
+        "max_steps": config.max_steps,
+        "lambda_p": config.lambda_p if config.method == "pondernet" else None,
+        "beta": config.beta if config.method == "pondernet" else None,
+        "kl_direction": config.kl_direction if config.method == "pondernet" else None,
+        "renormalize_prior": config.renormalize_prior if config.method == "pondernet" else None,
+        "tau": config.tau if config.method == "act" else None,
+    }
+
+
+def write_study_tables(study: Study, root: Path, quick: bool = False, **info) -> dict[str, pd.DataFrame]:
+    """Concatenate the study's per-run tables into ``<root>/studies/<study>/``."""
+    import pandas as pd
+
+    from .evaluation import load_run_tables
+    from .training import read_metadata
+
+    out = root / "studies" / study.name
+    out.mkdir(parents=True, exist_ok=True)
+    collected = {"summary": [], "per_step": [], "per_class": []}
+    runs = []
+    for config in study.configs(output_dir=str(root), quick=quick):
+        columns = _run_columns(config)
+        meta = read_metadata(config.run_dir) or {}
+        runs.append(
+            {
+                **columns,
+                "epochs_run": meta.get("epochs_run"),
+                "best_epoch": meta.get("best_epoch"),
+                "best_val_acc": meta.get("best_val_acc"),
+                "stopped_by": meta.get("stopped_by"),
+                "wall_time_s": meta.get("wall_time_s"),
+                "train_samples_per_s": meta.get("train_samples_per_s"),
+                "compiled": meta.get("compiled"),
+                "threads": (meta.get("hardware") or {}).get("torch_threads"),
+            }
+        )
+        for name, table in load_run_tables(config.run_dir).items():
+            collected[name].append(table.assign(**columns))
+    tables = {"runs": pd.DataFrame(runs)}
+    tables.update({name: pd.concat(frames, ignore_index=True) for name, frames in collected.items()})
+    for name, table in tables.items():
+        table.to_csv(out / f"{name}.csv", index=False, float_format="%.6g")
+    record = {"study": study.name, "description": study.description, "quick": quick, "n_runs": len(runs)}
+    record.update(info)
+    (out / "study.json").write_text(json.dumps(record, indent=2) + "\n")
+    return tables
+
+
+def prune_for_shipping(study: Study, root: Path) -> None:
+    """Remove what the study does not ship from its run folders (training logs always)."""
+    import shutil
+
+    level = SHIP_LEVELS.index(study.ship)
+    for config in study.configs(output_dir=str(root)):
+        run_dir = config.run_dir
+        shutil.rmtree(run_dir / "logs", ignore_errors=True)
+        if level < SHIP_LEVELS.index("all"):
+            (run_dir / "per_sample.csv.gz").unlink(missing_ok=True)
+        if level < SHIP_LEVELS.index("weights"):
+            (run_dir / "model.pt").unlink(missing_ok=True)
+
+
+def load_study(name: str, root: str | Path | None = None) -> dict[str, pd.DataFrame]:
+    """A study's tables (``runs``, ``summary``, ``per_step``, ``per_class``) and its ``study.json``."""
+    import pandas as pd
+
+    folder = Path(root or PRETRAINED_DIR) / "studies" / name
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"no tables of study {name!r} in {folder.parent}: run `python -m pondernet_tutorial reproduce "
+            f"--study {name}`."
+        )
+    tables = {t: pd.read_csv(folder / f"{t}.csv") for t in ("runs", "summary", "per_step", "per_class")}
+    tables["study"] = json.loads((folder / "study.json").read_text())
+    return tables

@@ -1,0 +1,184 @@
+"""ACT against a loop written from Graves (2016), its gradient, its edge cases and its early exit.
+
+Deliberate breaks these tests catch (each was tried):
+- the ponder cost detached from the halting units (``remainder.detach()``): test_ponder_cost_gradient;
+- the halting unit of step N counted in R or p (``before`` as ``steps <= halt_step``): test_act_matches_loop;
+- halted samples kept in the computation: test_act_drops_halted_samples.
+"""
+
+import pytest
+import torch
+from torch import nn
+
+from pondernet_tutorial.methods.act import ACT, ACTHalting, act_weights
+from pondernet_tutorial.steps.base import StepFunction
+
+
+class GRUStep(StepFunction):
+    def __init__(self, d=6, hidden=12, classes=3, bias=0.0):
+        super().__init__()
+        self.hidden = hidden
+        self.cell = nn.GRUCell(d, hidden)
+        self.output_head = nn.Linear(hidden, classes)
+        self.halting_head = nn.Linear(hidden, 1)
+        nn.init.constant_(self.halting_head.bias, bias)
+        self.calls = []
+
+    def initial_state(self, context):
+        return context.new_zeros(context.shape[0], self.hidden)
+
+    def step(self, context, h):
+        self.calls.append(context.shape[0])
+        h = self.cell(context, h)
+        return self.output_head(h), self.halting_head(h).squeeze(1), h
+
+
+def act_loop(step_function, x, max_steps, epsilon):
+    """Graves' equations, one sample at a time: N, R, p, the mean-field output and ρ = N + R."""
+    results = []
+    for b in range(x.shape[0]):
+        xb = x[b : b + 1]
+        h = step_function.initial_state(xb)
+        cumulative, hs, ys = 0.0, [], []
+        for n in range(1, max_steps + 1):
+            y, z, h = step_function.step(xb, h)
+            hs.append(torch.sigmoid(z)[0].item())
+            ys.append(y[0])
+            cumulative += hs[-1]
+            if cumulative >= 1 - epsilon or n == max_steps:
+                break
+        big_n = len(hs)
+        remainder = 1.0 - sum(hs[: big_n - 1])  # R = 1 − Σ_{n<N} h_n
+        p = hs[: big_n - 1] + [remainder]
+        output = sum(p_n * y_n for p_n, y_n in zip(p, ys))
+        results.append({"N": big_n, "R": remainder, "p": p, "output": output, "rho": big_n + remainder})
+    return results
+
+
+@pytest.mark.parametrize("bias", [-2.0, 0.0, 1.0])
+@pytest.mark.parametrize("epsilon", [0.01, 0.3])
+def test_act_matches_loop(bias, epsilon):
+    torch.manual_seed(0)
+    step = GRUStep(bias=bias)
+    act = ACT(step, max_steps=8, tau=0.01, epsilon=epsilon).eval()
+    x = torch.randn(16, 6) * 2
+    with torch.no_grad():
+        out = act(x)
+        reference = act_loop(step, x, 8, epsilon)
+    for b, ref in enumerate(reference):
+        assert out.halt_step[b].item() == ref["N"]
+        n = ref["N"]
+        torch.testing.assert_close(out.p[:n, b], torch.tensor(ref["p"]), atol=1e-6, rtol=1e-5)
+        assert (out.p[n:, b] == 0).all()
+        torch.testing.assert_close(out.ponder_cost[b], torch.tensor(ref["rho"]), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(out.prediction[b], ref["output"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.p.sum(0), torch.ones(16))
+
+
+class TableStep(StepFunction):
+    """Halting units read from a table H (steps × samples), so that ∂ρ/∂h_n can be read off H.grad."""
+
+    def __init__(self, H):
+        super().__init__()
+        self.H = nn.Parameter(H)
+
+    def encode(self, x):
+        return x  # (B,) sample ids
+
+    def initial_state(self, ids):
+        return torch.zeros_like(ids)  # the step counter
+
+    def step(self, ids, n):
+        z = torch.logit(self.H[n, ids])  # h_n = sigmoid(z_n) = H[n, b]
+        return z.new_zeros(len(ids), 2), z, n + 1
+
+
+def test_ponder_cost_gradient():
+    """∂(τρ)/∂h_n = −τ for n < N(x) and 0 for n ≥ N(x): N is a constant, R carries the gradient."""
+    H = torch.tensor([[0.3, 0.9, 0.2], [0.3, 0.5, 0.2], [0.6, 0.5, 0.2], [0.5, 0.5, 0.2]])  # (steps, samples)
+    tau = 0.1
+    act = ACT(TableStep(H.clone()), max_steps=4, tau=tau, epsilon=0.01)
+    out = act(torch.arange(3))
+    assert out.halt_step.tolist() == [3, 2, 4]  # 0.3+0.3+0.6 ≥ 0.99; 0.9+0.5; never: the last step
+    (tau * out.ponder_cost.sum()).backward()
+    grad = act.step_function.H.grad
+    expected = torch.zeros_like(H)
+    for b, big_n in enumerate([3, 2, 4]):
+        expected[: big_n - 1, b] = -tau
+    torch.testing.assert_close(grad, expected)
+
+
+def test_ponder_cost_in_the_loss():
+    H = torch.full((5, 4), 0.3)
+    act = ACT(TableStep(H), max_steps=5, tau=0.5)
+    out = act(torch.arange(4))
+    losses = act.loss(out, torch.zeros(4, dtype=torch.long))
+    torch.testing.assert_close(losses["ponder_cost"], out.ponder_cost.mean())
+    torch.testing.assert_close(losses["loss"], losses["task"] + 0.5 * losses["ponder_cost"])
+    act0 = ACT(TableStep(H), max_steps=5, tau=0.0)
+    losses0 = act0.loss(act0(torch.arange(4)), torch.zeros(4, dtype=torch.long))
+    torch.testing.assert_close(losses0["loss"], losses0["task"])  # τ = 0: the task loss alone
+
+
+def test_epsilon_close_to_one_halts_after_one_step():
+    step = GRUStep(bias=-4.0)  # h ≈ 0.02 ≥ 1 − ε for ε = 0.999
+    act = ACT(step, max_steps=6, epsilon=0.999).eval()
+    x = torch.randn(10, 6)
+    with torch.no_grad():
+        out = act(x)
+    assert (out.halt_step == 1).all() and out.steps_run == 1
+    torch.testing.assert_close(out.ponder_cost, torch.full((10,), 2.0))  # ρ = N + R = 1 + 1
+    torch.testing.assert_close(out.prediction, out.logits[0])
+
+
+def test_act_drops_halted_samples():
+    H = torch.tensor([[0.995, 0.1, 0.1], [0.5, 0.1, 0.995], [0.5, 0.1, 0.5]])
+    batch_sizes = []
+
+    class Counting(TableStep):
+        def step(self, ids, n):
+            batch_sizes.append(len(ids))
+            return super().step(ids, n)
+
+    act = ACT(Counting(H), max_steps=3)
+    out = act(torch.arange(3))
+    assert out.halt_step.tolist() == [1, 3, 2]
+    assert batch_sizes == [3, 2, 1]  # sample 0 leaves after step 1, sample 2 after step 2
+
+
+def test_act_halting_rule_and_weights_directly():
+    rule = ACTHalting(0.1)
+    rule.start(2, 4, torch.device("cpu"))
+    assert rule.halts(1, torch.logit(torch.tensor([0.5, 0.95])), torch.arange(2)).tolist() == [False, True]
+    p, remainder = act_weights(torch.logit(torch.tensor([[0.5], [0.3], [0.9]])), torch.tensor([3]))
+    torch.testing.assert_close(remainder, torch.tensor([0.2]))
+    torch.testing.assert_close(p[:, 0], torch.tensor([0.5, 0.3, 0.2]))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"epsilon": 0.0}, "epsilon"),
+        ({"epsilon": 1.0}, "epsilon"),
+        ({"tau": -1e-3}, "tau"),
+        ({"max_steps": 0}, "max_steps"),
+    ],
+)
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ACT(GRUStep(), **kwargs)
+
+
+def test_halting_bias_needs_a_halting_head():
+    class NoHead(StepFunction):
+        def initial_state(self, c):
+            return c
+
+        def step(self, c, h):
+            return c, c[:, 0], h
+
+    with pytest.raises(ValueError, match="halting_head"):
+        ACT(NoHead(), halting_bias=-3.0)
+    step = GRUStep()
+    ACT(step, halting_bias=-3.0)
+    assert (step.halting_head.bias == -3.0).all()

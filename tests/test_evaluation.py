@@ -1,0 +1,81 @@
+"""The evaluation tables: summaries computed right, per-step accuracy, the distance to the prior.
+
+Deliberate breaks these tests catch (each was tried):
+- ``summarize`` computing accuracy wrongly (``prediction != label``, or averaging per class):
+  test_summarize_by_hand;
+- the distance to the prior measured against the unnormalised prior: test_tv_to_the_prior.
+"""
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from pondernet_tutorial import PonderLitModule
+from pondernet_tutorial.data.base import EvalSet
+from pondernet_tutorial.evaluation import evaluate_set, per_class, summarize
+
+
+def test_summarize_by_hand():
+    frame = pd.DataFrame(
+        {
+            "set": ["a"] * 5 + ["b"] * 3,
+            "label": [0, 0, 0, 1, 2, 1, 1, 1],
+            "prediction": [0, 0, 0, 1, 0, 1, 0, 0],
+            "halt_step": [1, 2, 3, 4, 5, 2, 2, 2],
+            "expected_steps": [1.0, 2.0, 3.0, 4.0, 5.0, 2.0, 3.0, 4.0],
+            "entropy": [0.1, 0.2, 0.3, 0.4, 0.5, 0.3, 0.2, 0.1],
+            "loss": [0.5, 0.4, 0.3, 0.2, 0.1, 0.1, 0.2, 0.3],
+        }
+    )
+    table = summarize(frame).set_index("set")
+    assert table.loc["a", "accuracy"] == pytest.approx(4 / 5)  # not the mean of per-class accuracies (2/3)
+    assert table.loc["b", "accuracy"] == pytest.approx(1 / 3)
+    assert table.loc["a", "halt_step"] == pytest.approx(3.0)
+    assert table.loc["a", "spearman_steps_entropy"] == pytest.approx(1.0)
+    assert table.loc["a", "spearman_steps_loss"] == pytest.approx(-1.0)
+    assert table.loc["a", "steps_wrong"] == pytest.approx(5.0) and table.loc[
+        "a", "steps_right"
+    ] == pytest.approx(2.5)
+    assert table.loc["b", "n"] == 3 and math.isnan(table.loc["a", "tv_prior"])
+    classes = per_class(frame).set_index(["set", "label"])
+    assert classes.loc[("a", 0), "accuracy"] == 1.0 and classes.loc[("a", 2), "accuracy"] == 0.0
+    assert classes.loc[("b", 1), "expected_steps"] == pytest.approx(3.0)
+
+
+def parity_module(method="pondernet", lambda_p=0.2):
+    torch.manual_seed(0)
+    options = {"max_steps": 6, **({"lambda_p": lambda_p} if method == "pondernet" else {})}
+    return PonderLitModule("parity_gru", 2, method, {"n_elements": 8, "hidden_size": 16}, options).eval()
+
+
+def test_tv_to_the_prior():
+    module = parity_module(lambda_p=0.3)
+    step = module.model.step_function
+    with torch.no_grad():  # λ_n = λ_p for every input: exactly the prior, tail on step N
+        step.halting_head.weight.zero_()
+        step.halting_head.bias.fill_(math.log(0.3 / 0.7))
+    x = torch.randint(-1, 2, (50, 8)).float()
+    table, per_step = evaluate_set(module, EvalSet("s", x, torch.zeros(50, dtype=torch.long)))
+    assert table["tv_prior"].max() < 1e-6
+    assert table["expected_steps"].nunique() == 1
+    assert list(per_step["step"]) == [1, 2, 3, 4, 5, 6]
+
+
+def test_per_step_accuracy_and_columns():
+    module = parity_module()
+    x = torch.randint(-1, 2, (40, 8)).float()
+    y = ((x == 1).sum(1) % 2).long()
+    k = (x != 0).sum(1)
+    table, per_step = evaluate_set(module, EvalSet("s", x, y, {"mode": "m"}, {"k": k}), batch_size=16)
+    with torch.no_grad():
+        logits = module.model.fit_forward(x).logits
+    expected = (logits.argmax(-1) == y).float().mean(1)
+    torch.testing.assert_close(torch.tensor(per_step["accuracy"].to_numpy(), dtype=torch.float32), expected)
+    assert list(table.columns[:2]) == ["set", "mode"] and (table["k"].to_numpy() == k.numpy()).all()
+    correct = table["prediction"] == table["label"]  # the loss is the answer's: below log 2 iff right
+    assert (table.loc[correct, "loss"] <= math.log(2) + 1e-6).all()
+    assert (table.loc[~correct, "loss"] >= math.log(2) - 1e-6).all()
+    act_table, act_steps = evaluate_set(parity_module("act"), EvalSet("s", x, y))
+    assert act_steps.empty and "tv_prior" not in act_table  # ACT: no per-step answers, no prior

@@ -1,0 +1,238 @@
+"""PonderNet and the fixed-step baseline over step functions: shapes, gradients, early exit, states.
+
+Deliberate breaks these tests catch (each was tried):
+- early exit no longer dropping halted samples (``if not keep.all()`` branch skipped):
+  test_early_exit_drops_halted_samples;
+- the threshold rule summing log λ instead of log(1 − λ): test_threshold_matches_cumulative_p.
+"""
+
+import pytest
+import torch
+from torch import nn
+
+from pondernet_tutorial.halting import log_halting_distribution, threshold_halting_step
+from pondernet_tutorial.methods.fixed import FixedSteps
+from pondernet_tutorial.methods.pondernet import PonderNet
+from pondernet_tutorial.steps.base import StepFunction
+from pondernet_tutorial.steps.mnist import MNISTStep
+
+
+def mnist_pondernet(max_steps=20, **kwargs):
+    return PonderNet(MNISTStep(), max_steps=max_steps, **kwargs)
+
+
+def batch(b=8):
+    return torch.rand(b, 1, 28, 28), torch.randint(0, 10, (b,))
+
+
+def test_shapes_full():
+    model = mnist_pondernet(max_steps=6)
+    out = model(batch()[0], halting="full")
+    assert out.logits.shape == (6, 8, 10)
+    assert out.halting_logits.shape == (6, 8)
+    assert out.log_p.shape == (6, 8)
+    assert out.expected_steps.shape == (8,)
+    assert out.halt_step is None and out.steps_run == 6
+    assert ((out.expected_steps >= 1) & (out.expected_steps <= 6)).all()
+
+
+def test_shapes_sample():
+    model = mnist_pondernet(max_steps=6).eval()
+    out = model(batch()[0])
+    assert out.halt_step.shape == (8,)
+    assert out.prediction_logits.shape == (8, 10)
+    assert ((out.halt_step >= 1) & (out.halt_step <= out.steps_run)).all()
+    with pytest.raises(ValueError, match="full"):
+        _ = out.expected_steps
+
+
+def test_gradients_reach_every_part():
+    model = mnist_pondernet(max_steps=5)
+    x, y = batch()
+    out = model(x)
+    model.loss(out, y)["loss"].backward()
+    step = model.step_function
+    for name, module in [
+        ("cnn", step.embedding),
+        ("mlp", step.mlp),
+        ("output head", step.output_head),
+        ("halting head", step.halting_head),
+    ]:
+        grads = [p.grad for p in module.parameters()]
+        assert all(g is not None and g.abs().sum() > 0 for g in grads), name
+
+
+class Counting(StepFunction):
+    """A linear step that records the batch size of every call."""
+
+    def __init__(self, d=5, classes=3):
+        super().__init__()
+        self.cell = nn.Linear(d, d)
+        self.output_head = nn.Linear(d, classes)
+        self.halting_head = nn.Linear(d, 1)
+        self.sizes = []
+
+    def initial_state(self, context):
+        return torch.zeros_like(context)
+
+    def step(self, context, h):
+        self.sizes.append(len(context))
+        h = torch.tanh(self.cell(context) + h)
+        return self.output_head(h), self.halting_head(h).squeeze(1), h
+
+
+def test_early_exit_drops_halted_samples():
+    step = Counting()
+    model = PonderNet(step, max_steps=10).eval()
+    with torch.no_grad():
+        step.halting_head.bias.fill_(-0.5)
+        out = model(torch.randn(200, 5), generator=torch.Generator().manual_seed(0))
+    running = [(out.halt_step >= n).sum().item() for n in range(1, out.steps_run + 1)]
+    assert step.sizes == running  # step n computes exactly the samples that have not halted before n
+    assert running[0] == 200 and running[-1] < 50
+
+
+def test_every_sample_halts_at_step_one():
+    model = mnist_pondernet(max_steps=20).eval()
+    with torch.no_grad():
+        model.step_function.halting_head.bias.fill_(30.0)  # λ ≈ 1
+        out = model(batch(32)[0], generator=torch.Generator().manual_seed(0))
+        assert out.steps_run == 1 and (out.halt_step == 1).all()
+        assert out.prediction_logits.shape == (32, 10)
+        out = model(batch(32)[0], halting="threshold")
+        assert out.steps_run == 1
+
+
+def test_eval_runs_to_the_end_when_lambda_is_small():
+    model = mnist_pondernet(max_steps=7).eval()
+    with torch.no_grad():
+        model.step_function.halting_head.bias.fill_(-20.0)
+        out = model(batch(4)[0])
+    assert out.steps_run == 7 and (out.halt_step == 7).all()
+
+
+def test_max_steps_one_and_a_batch_of_one():
+    model = mnist_pondernet(max_steps=1)
+    x, y = batch(1)
+    out = model(x)
+    torch.testing.assert_close(out.log_p, torch.zeros(1, 1))  # λ_N = 1 at N = 1
+    losses = model.loss(out, y)
+    assert torch.isfinite(losses["loss"])
+    losses["loss"].backward()
+    model.eval()
+    with torch.no_grad():
+        assert model(x).halt_step.tolist() == [1]
+
+
+def test_early_exit_in_bfloat16():
+    model = mnist_pondernet(max_steps=8).eval()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        model.step_function.halting_head.bias.fill_(-1.0)
+        out = model(batch(64)[0], generator=torch.Generator().manual_seed(0))
+    assert out.logits.dtype == torch.bfloat16
+    assert torch.isfinite(out.prediction_logits.float()).all()
+    assert out.halt_step.min() >= 1 and out.halt_step.max() <= out.steps_run
+
+
+def test_early_exit_sampling_matches_full_unroll():
+    model = mnist_pondernet(max_steps=10).eval()
+    x = batch(64)[0]
+    with torch.no_grad():
+        model.step_function.halting_head.bias.fill_(-1.5)
+        early = model(x, halting="sample", generator=torch.Generator().manual_seed(3))
+        full = model(x, halting="full", sample=True, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(early.halt_step, full.halt_step)
+    torch.testing.assert_close(early.prediction_logits, full.prediction_logits)
+
+
+def test_threshold_matches_cumulative_p():
+    torch.manual_seed(0)
+    model = PonderNet(Counting(), max_steps=10).eval()
+    x = torch.randn(256, 5) * 3
+    with torch.no_grad():
+        model.step_function.halting_head.weight.mul_(5)
+        model.step_function.halting_head.bias.fill_(-1.5)
+        full = model(x, halting="full")
+        thr = model(x, halting="threshold")
+    assert torch.equal(thr.halt_step, threshold_halting_step(full.log_p, 0.5))
+    assert thr.halt_step.float().std() > 0
+
+
+class LSTMStep(StepFunction):
+    """A step function whose hidden state is a tuple (h, c)."""
+
+    def __init__(self, d=6, hidden=10):
+        super().__init__()
+        self.hidden = hidden
+        self.cell = nn.LSTMCell(d, hidden)
+        self.output_head = nn.Linear(hidden, 2)
+        self.halting_head = nn.Linear(hidden, 1)
+
+    def initial_state(self, context):
+        zeros = context.new_zeros(context.shape[0], self.hidden)
+        return zeros, zeros.clone()
+
+    def step(self, context, state):
+        h, c = self.cell(context, state)
+        return self.output_head(h), self.halting_head(h).squeeze(1), (h, c)
+
+
+def test_tuple_states_in_training_and_with_early_exit():
+    model = PonderNet(LSTMStep(), max_steps=6)
+    x = torch.randn(32, 6)
+    out = model(x)
+    model.loss(out, torch.randint(0, 2, (32,)))["loss"].backward()
+    model.eval()
+    with torch.no_grad():
+        model.step_function.halting_head.bias.fill_(-1.0)
+        early = model(x, generator=torch.Generator().manual_seed(1))
+        full = model(x, halting="full", sample=True, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(early.halt_step, full.halt_step) and early.halt_step.float().std() > 0
+    torch.testing.assert_close(early.prediction_logits, full.prediction_logits)
+    torch.testing.assert_close(full.log_p, log_halting_distribution(full.halting_logits))
+
+
+def test_same_seed_same_result():
+    torch.manual_seed(1)
+    a = mnist_pondernet().eval()
+    torch.manual_seed(1)
+    b = mnist_pondernet().eval()
+    x = batch(16)[0]
+    with torch.no_grad():
+        out_a = a(x, generator=torch.Generator().manual_seed(5))
+        out_b = b(x, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(out_a.halt_step, out_b.halt_step)
+    assert torch.equal(out_a.logits, out_b.logits)
+
+
+def test_fixed_steps_answers_with_step_k():
+    step = Counting()
+    model = FixedSteps(step, max_steps=4)
+    x, y = torch.randn(9, 5), torch.randint(0, 3, (9,))
+    out = model(x)
+    assert step.sizes == [9, 9, 9, 9] and out.steps_run == 4
+    torch.testing.assert_close(out.prediction_logits, out.logits[-1])
+    assert (out.halt_step == 4).all()
+    torch.testing.assert_close(out.expected_steps, torch.full((9,), 4.0))
+    losses = model.loss(out, y)
+    torch.testing.assert_close(losses["loss"], nn.functional.cross_entropy(out.logits[-1], y))
+
+
+def test_bad_inputs():
+    model = mnist_pondernet(max_steps=3)
+    with pytest.raises(ValueError, match=r"\(batch, 1, 28, 28\).*unsqueeze"):
+        model(torch.rand(4, 28, 28))
+    with pytest.raises(ValueError, match="floating-point"):
+        model(torch.randint(0, 255, (4, 1, 28, 28), dtype=torch.uint8))
+    with pytest.raises(ValueError, match=r"\(batch, 1, 28, 28\)"):
+        model(torch.rand(4, 3, 32, 32))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        model([[0.0]])
+    with pytest.raises(ValueError, match="halting"):
+        model(torch.rand(2, 1, 28, 28), halting="never")
+    with pytest.raises(ValueError, match="max_steps"):
+        mnist_pondernet(max_steps=0)
+    with pytest.raises(ValueError, match="threshold"):
+        PonderNet(Counting(), 3, threshold=0.0)
+    with pytest.raises(TypeError, match="StepFunction"):
+        PonderNet(nn.Linear(3, 3), 3)

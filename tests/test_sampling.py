@@ -1,0 +1,108 @@
+"""One halting sampler: the same model, seed and inputs give the same halting steps wherever drawn.
+
+Deliberate breaks these tests catch (each was tried):
+- early exit drawing fresh coins per step instead of the (B, N) layout of halting_uniforms:
+  test_three_ways_agree;
+- the test-set generator never reset between test sets (``if batch_idx == 0`` removed from
+  ``test_step``): test_trainer_test_agrees_with_the_tables;
+- accuracy logged at another step than the sampled halting step (``out.halt_step`` not replaced by
+  ``inference_halt_step``): test_trainer_test_agrees_with_the_tables.
+"""
+
+import lightning as L
+import pandas as pd
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from pondernet_tutorial import PonderLitModule
+from pondernet_tutorial.data.base import EvalSet
+from pondernet_tutorial.evaluation import evaluate_set, summarize
+from pondernet_tutorial.methods.pondernet import sample_halting_step
+
+
+def parity_module(seed=0, max_steps=12):
+    torch.manual_seed(seed)
+    module = PonderLitModule(
+        "parity_gru",
+        2,
+        step_options={"n_elements": 8, "hidden_size": 16},
+        method_options={"max_steps": max_steps},
+    ).eval()
+    with torch.no_grad():  # halting spread over several steps
+        module.model.step_function.halting_head.bias.fill_(-1.5)
+    return module
+
+
+def inputs(n=300, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-1, 2, (n, 8), generator=g).float()
+    return x, ((x == 1).sum(1) % 2).long()
+
+
+def test_three_ways_agree():
+    module = parity_module()
+    model = module.model
+    x, y = inputs()
+    # 1. the early-exit forward pass, batch by batch (batches of 64) with one generator
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        early = torch.cat(
+            [model(x[i : i + 64], halting="sample", generator=g).halt_step for i in range(0, len(x), 64)]
+        )
+    # 2. validation and test: a full unroll, then the halting step drawn from its logits (batches of 100)
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        from_full = torch.cat(
+            [
+                sample_halting_step(model.fit_forward(x[i : i + 100]).halting_logits, g)
+                for i in range(0, len(x), 100)
+            ]
+        )
+    # 3. the evaluation tables (batches of 37)
+    table, _ = evaluate_set(module, EvalSet("test", x, y), seed=7, batch_size=37)
+    assert torch.equal(early, from_full)
+    assert (table["halt_step"].to_numpy() == early.numpy()).all()
+    assert early.float().std() > 0.5  # the steps really vary: the agreement is not trivial
+
+
+def test_trainer_test_agrees_with_the_tables():
+    module = parity_module(seed=3)
+    sets = [inputs(256, seed=s) for s in (1, 2)]
+    loaders = [DataLoader(TensorDataset(x, y), batch_size=32) for x, y in sets]
+    trainer = L.Trainer(
+        accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False
+    )
+    results = trainer.test(module, dataloaders=loaders, verbose=False)
+    for index, (x, y) in enumerate(sets):
+        table, _ = evaluate_set(
+            module, EvalSet(f"set{index}", x, y), seed=module.hparams.eval_seed, batch_size=100
+        )
+        summary = summarize(table).iloc[0]
+        logged = results[index]
+        assert abs(logged[f"test/set{index}/halt_step"] - summary["halt_step"]) < 1e-6
+        assert abs(logged[f"test/set{index}/acc"] - summary["accuracy"]) < 1e-6
+        assert abs(logged[f"test/set{index}/expected_steps"] - summary["expected_steps"]) < 1e-5
+
+
+def test_validation_is_reproducible():
+    module = parity_module()
+    x, y = inputs(256)
+    loader = DataLoader(TensorDataset(x, y), batch_size=64)
+    trainer = L.Trainer(
+        accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False
+    )
+    first = trainer.validate(module, loader, verbose=False)[0]
+    second = trainer.validate(module, loader, verbose=False)[0]
+    assert first == second
+
+
+def test_sampled_frequencies_match_p():
+    module = parity_module()
+    x = inputs(1, seed=4)[0].repeat(20_000, 1)
+    with torch.no_grad():
+        out = module.model.fit_forward(x)
+    steps = sample_halting_step(out.halting_logits, torch.Generator().manual_seed(0))
+    frequencies = pd.Series(steps.numpy()).value_counts(normalize=True).sort_index()
+    p = out.p[:, 0].double()
+    for n, share in frequencies.items():
+        assert abs(share - p[n - 1].item()) < 0.015
