@@ -30,8 +30,8 @@ HELP = {
     "max_steps": "N, the most steps (fixed: the number of steps)",
     "lambda_p": "PonderNet: λ_p of the geometric prior, strictly between 0 and 1; its mean is 1/λ_p steps",
     "beta": "PonderNet: β, weight of the KL regularisation, >= 0",
-    "kl_direction": "PonderNet: p_prior = the paper's KL(p || p_G); prior_p = KL(p_G || p) as in labml "
-    "and mildlyoverfitted",
+    "kl_direction": "PonderNet: p_prior = the paper's KL(p || p_G); prior_p = KL(p_G || p) as in the "
+    "article's, labml's and mildlyoverfitted's code",
     "renormalize_prior": "PonderNet: renormalise the truncated geometric prior to sum to 1",
     "tau": "ACT: τ, weight of the ponder cost, >= 0",
     "epsilon": "ACT: ε, a sample halts once its halting units sum to 1 − ε",

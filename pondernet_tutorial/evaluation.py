@@ -124,6 +124,37 @@ def summarize(per_sample: pd.DataFrame, by: tuple[str, ...] = ("set",)) -> pd.Da
     return pd.DataFrame(rows)
 
 
+def per_angle(summary: pd.DataFrame, by: tuple[str, ...] = ("experiment", "variant")) -> pd.DataFrame:
+    """Both rotation directions and their mean, per ``|θ|``, with mean, std, min and max over seeds.
+
+    Args:
+        summary: per-run summaries with ``seed``, ``mode`` and signed ``degrees`` (MNIST).
+
+    Returns:
+        one row per group, mode, ``abs_degrees`` and ``direction``: ``counter-clockwise``,
+        ``clockwise`` and their ``mean of both`` (per seed, then over seeds); ``both`` at 0° and 180°,
+        which have no direction; ``uniform`` for the symmetric uniform ranges.
+    """
+    frame = summary.assign(abs_degrees=summary["degrees"].abs())
+    frame = frame[~((frame["mode"] == "exact") & (frame["degrees"] == -180))]  # the same turn as 180°
+    exact = frame["mode"] == "exact"
+    frame["direction"] = "uniform"
+    frame.loc[exact, "direction"] = "both"  # 0° and 180° have no direction
+    frame.loc[exact & (frame["degrees"] > 0) & (frame["degrees"] < 180), "direction"] = "counter-clockwise"
+    frame.loc[exact & (frame["degrees"] < 0), "direction"] = "clockwise"
+    keys = [*by, "seed", "mode", "abs_degrees"]
+    metrics = ["accuracy", "halt_step", "expected_steps"]
+    turned = frame[frame["direction"].isin(["counter-clockwise", "clockwise"])]
+    both = turned.groupby(keys, sort=False)[metrics].mean().reset_index().assign(direction="mean of both")
+    frame = pd.concat([frame[[*keys, "direction", *metrics]], both], ignore_index=True)
+    stats = frame.groupby([*by, "mode", "abs_degrees", "direction"], sort=True)[metrics].agg(
+        ["mean", "std", "min", "max"]
+    )
+    stats.columns = [f"{metric}_{stat}" for metric, stat in stats.columns]
+    counts = frame.groupby([*by, "mode", "abs_degrees", "direction"], sort=True).size().rename("seeds")
+    return stats.join(counts).reset_index()
+
+
 def per_class(per_sample: pd.DataFrame, by: tuple[str, ...] = ("set",)) -> pd.DataFrame:
     """Per group and true class: accuracy, mean halting step and mean expected steps."""
     frame = per_sample.assign(correct=per_sample["prediction"] == per_sample["label"])

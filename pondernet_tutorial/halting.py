@@ -118,8 +118,9 @@ def geometric_prior(
     Args:
         lambda_p: per-step halting probability of the prior, in (0, 1); its mean is 1/λ_p steps.
         max_steps: N, where the prior is truncated.
-        renormalize: divide by ``1 − (1 − λ_p)^N`` so that the truncated prior sums to 1. The paper's
-            prior is the geometric pmf itself (the default), which misses the mass beyond N.
+        renormalize: divide by ``1 − (1 − λ_p)^N`` so that the truncated prior sums to 1. The default is
+            the geometric pmf itself, as in the article, labml and mildlyoverfitted (the paper does not
+            say how it truncates), which misses the mass beyond N.
 
     Returns:
         ``(N,)`` tensor of prior probabilities.

@@ -115,9 +115,10 @@ class RegularizationLoss(nn.Module):
         max_steps: N, the number of steps the distribution covers.
         direction: ``"p_prior"`` computes the paper's ``KL(p ‖ p_G) = Σ_n p_n (log p_n − log p_G,n)``.
             ``"prior_p"`` computes ``KL(p_G ‖ p) = Σ_n p_G,n (log p_G,n − log p_n)``, which is what
-            ``kl_div(p.log(), p_g)`` in labml's and mildlyoverfitted's implementations computes.
+            ``kl_div(p.log(), p_g)`` in the article's, labml's and mildlyoverfitted's code computes.
         renormalize_prior: make the truncated prior sum to 1 (default: the plain geometric pmf, as in
-            the paper; it misses the mass ``(1 − λ_p)^N`` beyond N, so the "KL" can then be negative).
+            the popular implementations; it misses the mass ``(1 − λ_p)^N`` beyond N, so
+            ``KL(p_G ‖ p)`` can then be negative).
     """
 
     def __init__(

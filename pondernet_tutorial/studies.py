@@ -47,14 +47,20 @@ class Study:
     description: str
     runs: tuple
     ship: str = "weights"
+    quick_runs: tuple | None = None
 
-    def configs(self, **common) -> list[TrainConfig]:
-        """One configuration per run and seed (``common``: fields shared by all, e.g. ``output_dir``)."""
+    def configs(self, quick: bool = False, **common) -> list[TrainConfig]:
+        """One configuration per run and seed (``common``: fields shared by all, e.g. ``output_dir``).
+
+        In quick mode (CI) every run gets the experiment's quick settings and seed 0 only, and a study
+        with ``quick_runs`` uses those runs instead of all of them.
+        """
         configs = []
-        for run in self.runs:
+        for run in (self.quick_runs or self.runs) if quick else self.runs:
             run = dict(run)
-            for seed in run.pop("seeds", (0, 1, 2)):
-                configs.append(TrainConfig(**{**run, **common, "seed": seed}))
+            seeds = run.pop("seeds", (0, 1, 2))
+            for seed in seeds[:1] if quick else seeds:
+                configs.append(TrainConfig(**{**run, **common, "seed": seed, "quick": quick}))
         return configs
 
 
@@ -107,6 +113,11 @@ STUDIES: dict[str, Study] = {
                 for beta in MNIST_GRID_BETA
             ),
             ship="tables",
+            quick_runs=tuple(
+                {"experiment": EXTRAPOLATION, "lambda_p": lambda_p, "beta": beta}
+                for lambda_p in (0.1, 0.5)
+                for beta in (0.0, 0.01)
+            ),
         ),
         Study(
             "mnist-ablations",
@@ -206,7 +217,7 @@ def reproduce(
     start = time.perf_counter()
     configs = {}  # one entry per run folder: studies may share runs
     for study in chosen:
-        for config in study.configs(output_dir=str(root), quick=quick, progress_bar=False, **common):
+        for config in study.configs(quick, output_dir=str(root), progress_bar=False, **common):
             configs[config.run_dir] = config
     limit_of = {c.run_dir: _quick_limit(c) if quick else None for c in configs.values()}
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
@@ -222,7 +233,7 @@ def reproduce(
     tables = {}
     seconds = {r["run_dir"]: r["seconds"] for r in records}
     for study in chosen:
-        mine = [seconds[str(c.run_dir)] for c in study.configs(output_dir=str(root), quick=quick)]
+        mine = [seconds[str(c.run_dir)] for c in study.configs(quick, output_dir=str(root))]
         info = {
             "command_wall_time_s": wall,
             "command_studies": list(studies),
@@ -247,7 +258,7 @@ def _run_columns(config: TrainConfig) -> dict:
         "experiment": config.experiment,
         "variant": config.variant,
         "method": config.method,
-        "step": config.step,
+        "step_function": config.step,
         "seed": config.seed,
         "max_steps": config.max_steps,
         "lambda_p": config.lambda_p if config.method == "pondernet" else None,
@@ -262,14 +273,14 @@ def write_study_tables(study: Study, root: Path, quick: bool = False, **info) ->
     """Concatenate the study's per-run tables into ``<root>/studies/<study>/``."""
     import pandas as pd
 
-    from .evaluation import load_run_tables
+    from .evaluation import load_run_tables, per_angle
     from .training import read_metadata
 
     out = root / "studies" / study.name
     out.mkdir(parents=True, exist_ok=True)
     collected = {"summary": [], "per_step": [], "per_class": []}
     runs = []
-    for config in study.configs(output_dir=str(root), quick=quick):
+    for config in study.configs(quick, output_dir=str(root)):
         columns = _run_columns(config)
         meta = read_metadata(config.run_dir) or {}
         runs.append(
@@ -289,6 +300,8 @@ def write_study_tables(study: Study, root: Path, quick: bool = False, **info) ->
             collected[name].append(table.assign(**columns))
     tables = {"runs": pd.DataFrame(runs)}
     tables.update({name: pd.concat(frames, ignore_index=True) for name, frames in collected.items()})
+    if "degrees" in tables["summary"]:  # rotated test sets: both directions and their mean per |θ|
+        tables["per_angle"] = per_angle(tables["summary"])
     for name, table in tables.items():
         table.to_csv(out / f"{name}.csv", index=False, float_format="%.6g")
     record = {"study": study.name, "description": study.description, "quick": quick, "n_runs": len(runs)}
@@ -312,7 +325,8 @@ def prune_for_shipping(study: Study, root: Path) -> None:
 
 
 def load_study(name: str, root: str | Path | None = None) -> dict[str, pd.DataFrame]:
-    """A study's tables (``runs``, ``summary``, ``per_step``, ``per_class``) and its ``study.json``."""
+    """A study's tables (``runs``, ``summary``, ``per_step``, ``per_class``, and ``per_angle`` for MNIST)
+    and its ``study.json``."""
     import pandas as pd
 
     folder = Path(root or PRETRAINED_DIR) / "studies" / name
@@ -321,6 +335,7 @@ def load_study(name: str, root: str | Path | None = None) -> dict[str, pd.DataFr
             f"no tables of study {name!r} in {folder.parent}: run `python -m pondernet_tutorial reproduce "
             f"--study {name}`."
         )
-    tables = {t: pd.read_csv(folder / f"{t}.csv") for t in ("runs", "summary", "per_step", "per_class")}
+    names = ("runs", "summary", "per_step", "per_class", "per_angle")
+    tables = {t: pd.read_csv(folder / f"{t}.csv") for t in names if (folder / f"{t}.csv").is_file()}
     tables["study"] = json.loads((folder / "study.json").read_text())
     return tables

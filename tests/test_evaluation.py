@@ -79,3 +79,45 @@ def test_per_step_accuracy_and_columns():
     assert (table.loc[~correct, "loss"] >= math.log(2) - 1e-6).all()
     act_table, act_steps = evaluate_set(parity_module("act"), EvalSet("s", x, y))
     assert act_steps.empty and "tv_prior" not in act_table  # ACT: no per-step answers, no prior
+
+
+def test_per_angle_both_directions_and_their_mean():
+    from pondernet_tutorial.evaluation import per_angle
+
+    rows = []
+    for seed, (ccw, cw) in enumerate([(0.9, 0.7), (0.8, 0.6)]):
+        for degrees, accuracy in ((0, 0.99), (45, ccw), (-45, cw), (180, 0.3), (-180, 0.3)):
+            rows.append(
+                {
+                    "experiment": "e",
+                    "variant": "v",
+                    "seed": seed,
+                    "mode": "exact",
+                    "degrees": degrees,
+                    "accuracy": accuracy,
+                    "halt_step": 2.0,
+                    "expected_steps": 2.0,
+                }
+            )
+        rows.append(
+            {
+                "experiment": "e",
+                "variant": "v",
+                "seed": seed,
+                "mode": "uniform",
+                "degrees": 45.0,
+                "accuracy": 0.85,
+                "halt_step": 2.0,
+                "expected_steps": 2.0,
+            }
+        )
+    table = per_angle(pd.DataFrame(rows)).set_index(["mode", "abs_degrees", "direction"])
+    assert table.loc[("exact", 45, "counter-clockwise"), "accuracy_mean"] == pytest.approx(0.85)
+    assert table.loc[("exact", 45, "clockwise"), "accuracy_mean"] == pytest.approx(0.65)
+    assert table.loc[("exact", 45, "mean of both"), "accuracy_mean"] == pytest.approx(0.75)
+    assert table.loc[("exact", 45, "mean of both"), "accuracy_min"] == pytest.approx(
+        0.7
+    )  # per seed, then over seeds
+    assert table.loc[("exact", 180, "both"), "seeds"] == 2  # -180° is the same turn, counted once
+    assert table.loc[("uniform", 45, "uniform"), "accuracy_mean"] == pytest.approx(0.85)
+    assert ("exact", 0, "mean of both") not in table.index
