@@ -44,7 +44,7 @@ HELP = {
     "precision": "Lightning precision: 32-true, bf16-mixed, 16-mixed, ... [32-true]",
     "train_subset": "training samples per epoch (MNIST: the first N images; quick runs only, never shipped)",
     "quick": "the experiment's quick settings (CI only; never shipped)",
-    "compile": "torch.compile the training step (off in quick mode)",
+    "compile": "torch.compile the unroll and loss of training and validation, for methods without early exit (off in quick mode)",
     "accelerator": "Lightning accelerator: auto, cpu, gpu, mps [auto]",
     "devices": "Lightning devices: auto, a count, or a list such as 0,1 [auto]",
     "strategy": "Lightning strategy: auto, ddp, ddp_spawn, ... [auto]",

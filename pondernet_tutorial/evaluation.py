@@ -22,7 +22,7 @@ from .config import TrainConfig, identity_differences
 from .data.base import EvalSet
 from .losses import per_sample_loss
 
-EVAL_FORMAT = "pondernet_tutorial/evaluation-v1"
+EVAL_FORMAT = "pondernet_tutorial/evaluation-v2"
 RUN_TABLES = ("summary.csv", "per_step.csv", "per_class.csv")
 
 
@@ -100,8 +100,9 @@ def _spearman(a: pd.Series, b: pd.Series) -> float:
 
 
 def summarize(per_sample: pd.DataFrame, by: tuple[str, ...] = ("set",)) -> pd.DataFrame:
-    """Per group: accuracy, mean halting step, expected steps, entropy and loss, the mean distance to
-    the prior, and the rank correlations of the expected steps with the entropy and with the loss."""
+    """Per group: accuracy, mean halting step, expected steps (mean and spread over samples), entropy
+    and loss, the mean distance to the prior, the rank correlations of the expected steps with the
+    entropy and with the loss, and the mean expected steps of wrong and right answers."""
     frame = per_sample.assign(correct=per_sample["prediction"] == per_sample["label"])
     rows = []
     for key, group in frame.groupby(list(by), sort=False, dropna=False):
@@ -111,6 +112,7 @@ def summarize(per_sample: pd.DataFrame, by: tuple[str, ...] = ("set",)) -> pd.Da
             accuracy=group["correct"].mean(),
             halt_step=group["halt_step"].mean(),
             expected_steps=group["expected_steps"].mean(),
+            expected_steps_std=group["expected_steps"].std(ddof=0),  # how much the steps vary between samples
             entropy=group["entropy"].mean(),
             loss=group["loss"].mean(),
             tv_prior=group["tv_prior"].mean() if "tv_prior" in group else float("nan"),
@@ -219,8 +221,7 @@ def evaluate_run(
 
     Args:
         limit: only the first ``limit`` test samples of every set (of every ``k`` for parity).
-        sweep: the data module's set of test sets (MNIST: ``"full"`` or ``"short"``); default the
-            experiment's.
+        sweep: the data module's named set of test sets (MNIST: ``"full"``); default the experiment's.
         module: the trained module, if already in memory (else ``model.pt`` is loaded).
     """
     from .checkpoints import load_model

@@ -25,7 +25,7 @@ def check_lambda_p(lambda_p: float) -> float:
     ``λ_p = 1`` is refused: that prior puts all its mass on step 1, ``p_G(n) = 0`` for ``n > 1``, and
     ``KL(p ‖ p_G)`` is infinite for every halting distribution with any mass beyond step 1 (every one a
     sigmoid can produce). A network that always stops after one step is the fixed-step baseline
-    (``method="fixed"``, ``fixed_steps=1``).
+    (``method="fixed"``, ``max_steps=1``).
     """
     lambda_p = float(lambda_p)
     if not 0.0 < lambda_p < 1.0:

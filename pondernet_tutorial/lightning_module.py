@@ -55,8 +55,9 @@ class PonderLitModule(L.LightningModule):
             validation set) or ``"constant"``.
         lr_patience, lr_factor: ReduceLROnPlateau's settings.
         eval_seed: seed of the halting coins in validation and test, so that they are reproducible.
-        compile: ``torch.compile`` the training forward pass and loss (not saved: a loaded model runs
-            eagerly).
+        compile: ``torch.compile`` the unroll and the loss that training, validation and test run
+            (``_fit_losses``), for methods that unroll every step (PonderNet, fixed steps; ACT's early
+            exit runs eagerly). Not saved: a loaded model runs eagerly.
     """
 
     def __init__(

@@ -88,28 +88,41 @@ def study_tables(*studies: str, train_from_scratch: bool = False) -> dict:
     return tables
 
 
-def run_folder(root, experiment: str, method: str = "pondernet", seed: int = 0, **options) -> Path:
-    """The folder of one run under a results root (``options`` as in ``TrainConfig``)."""
-    from .config import TrainConfig
-
-    return TrainConfig(
-        experiment=experiment, method=method, seed=seed, quick=quick_mode(), output_dir=str(root), **options
-    ).run_dir
-
-
-def load_run_model(root, experiment: str, method: str = "pondernet", seed: int = 0, **options):
-    """A trained run's model (eval mode) from a results root."""
-    from .checkpoints import load_model
-
-    return load_model(run_folder(root, experiment, method, seed, **options) / "model.pt")
+def select(runs, **values):
+    """The rows of a study's ``runs`` table whose columns equal ``values`` (``experiment=..., seed=...``)."""
+    mask = True
+    for column, value in values.items():
+        mask = mask & (runs[column] == value)
+    return runs[mask]
 
 
-def per_sample(root, experiment: str, method: str = "pondernet", seeds=(0, 1, 2), **options):
-    """The per-sample tables of a run's seeds (where kept), with a ``seed`` column."""
+def run_file(root, run, name: str) -> Path:
+    """A file of one run (a row of a study's ``runs`` table) under the results root."""
+    return Path(root) / run["path"] / name
+
+
+def load_model(root, run):
+    """A run's trained model (eval mode)."""
+    from .checkpoints import load_model as load
+
+    return load(run_file(root, run, "model.pt"))
+
+
+def load_json(root, run, name: str = "metadata.json") -> dict:
+    import json
+
+    return json.loads(run_file(root, run, name).read_text())
+
+
+def load_table(root, runs, name: str):
+    """A per-run table (``per_sample.csv.gz``, ``history.csv``) of several runs, with their ``runs``
+    columns (experiment, variant, seed, ...) in front."""
     import pandas as pd
 
     frames = []
-    for seed in seeds[:1] if quick_mode() else seeds:
-        path = run_folder(root, experiment, method, seed, **options) / "per_sample.csv.gz"
-        frames.append(pd.read_csv(path).assign(seed=seed))
+    for _, run in runs.iterrows():
+        frame = pd.read_csv(run_file(root, run, name))
+        for column in ("experiment", "variant", "method", "seed"):
+            frame.insert(0, column, run[column])
+        frames.append(frame)
     return pd.concat(frames, ignore_index=True)

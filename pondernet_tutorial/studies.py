@@ -253,8 +253,9 @@ def _quick_limit(config: TrainConfig) -> int | None:
     return get_experiment(config.experiment).quick.get("limit")
 
 
-def _run_columns(config: TrainConfig) -> dict:
+def _run_columns(config: TrainConfig, root: Path) -> dict:
     return {
+        "path": config.run_dir.relative_to(root).as_posix(),  # the run's folder under the results root
         "experiment": config.experiment,
         "variant": config.variant,
         "method": config.method,
@@ -281,7 +282,7 @@ def write_study_tables(study: Study, root: Path, quick: bool = False, **info) ->
     collected = {"summary": [], "per_step": [], "per_class": []}
     runs = []
     for config in study.configs(quick, output_dir=str(root)):
-        columns = _run_columns(config)
+        columns = _run_columns(config, root)
         meta = read_metadata(config.run_dir) or {}
         runs.append(
             {

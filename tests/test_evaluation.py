@@ -33,6 +33,7 @@ def test_summarize_by_hand():
     assert table.loc["a", "accuracy"] == pytest.approx(4 / 5)  # not the mean of per-class accuracies (2/3)
     assert table.loc["b", "accuracy"] == pytest.approx(1 / 3)
     assert table.loc["a", "halt_step"] == pytest.approx(3.0)
+    assert table.loc["a", "expected_steps_std"] == pytest.approx(2**0.5)
     assert table.loc["a", "spearman_steps_entropy"] == pytest.approx(1.0)
     assert table.loc["a", "spearman_steps_loss"] == pytest.approx(-1.0)
     assert table.loc["a", "steps_wrong"] == pytest.approx(5.0) and table.loc[

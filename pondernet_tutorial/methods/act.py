@@ -84,9 +84,9 @@ class ACT(PonderingMethod):
         tau: weight τ ≥ 0 of the ponder cost.
         epsilon: ε in (0, 1); a sample halts once its halting units reach ``1 − ε``.
         loss_fn: per-sample task loss (cross-entropy by default), applied to the mean-field output.
-        halting_bias: initial bias of the halting layer. Graves (2016) used +1; with a positive or zero
-            bias the network often settles at 1–2 steps, and a negative bias (more steps at first) is
-            the known fix. None keeps PyTorch's initialisation.
+        halting_bias: initial bias of the halting layer. With a zero or positive bias ACT often settles
+            at 1–2 steps; a negative bias (more steps at first) is the known fix. None keeps PyTorch's
+            initialisation (a bias near 0).
     """
 
     loss_terms = ("task", "ponder_cost")

@@ -9,7 +9,7 @@ The book's step (:class:`MNISTStep`, registered as ``mnist_mlp``):
     z_n     = w_λ · h_{n+1} + b_λ              halting logit, λ_n = sigmoid(z_n)
 
 The CNN is the reference experiment's (conv 10 and 20 channels, kernel 5, Dropout2d); the MLP has two
-layers of ``hidden_size`` units. Every step sees the same embedding ``e``, so extra steps add
+layers of ``hidden_size`` units and, unlike the article's, no ``Dropout(0.2)``. Every step sees the same embedding ``e``, so extra steps add
 computation on a fixed summary of the image.
 
 :class:`MNISTRefineStep` (``mnist_refine``) lets extra steps add depth: the CNN's feature map is the
