@@ -233,8 +233,11 @@ def train(config: TrainConfig, overwrite: bool = False) -> tuple[PonderLitModule
 
 
 def _stopping_reason(stopping, epochs_run: int, max_epochs: int) -> str:
-    """Why training ended: the epoch budget, the patience, or the accuracy threshold."""
-    if stopping is None or not stopping.stopped_epoch:
-        return "max_epochs" if epochs_run >= max_epochs else "interrupted"
-    reason = getattr(stopping, "stopping_reason", None)
-    return getattr(reason, "value", None) or "early_stopping"
+    """Why training ended: the epoch budget, or the early-stopping rule that fired (its reason in
+    lower case, e.g. ``stopping_threshold`` or ``patience_exhausted``)."""
+    reason = getattr(stopping, "stopping_reason", None)  # an enum in Lightning >= 2.5
+    if reason is not None and reason.name != "NOT_STOPPED":
+        return reason.name.lower()
+    if epochs_run >= max_epochs:
+        return "max_epochs"
+    return "early_stopping" if stopping is not None else "interrupted"

@@ -89,6 +89,12 @@ def test_a_run_folder_holds_its_record(tmp_path):
         train(config)
 
 
+def test_stopping_rule_is_recorded(tmp_path):
+    config = tiny(tmp_path, epochs=5, stop_at_val_acc=0.01)  # any accuracy reaches it
+    _, metadata = train(config)
+    assert metadata["epochs_run"] == 1 and metadata["stopped_by"] == "stopping_threshold"
+
+
 def test_history_and_metadata_with_the_tensorboard_logger(tmp_path):
     pytest.importorskip("tensorboard")
     config = tiny(tmp_path, logger="tensorboard")
