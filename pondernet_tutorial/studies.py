@@ -241,8 +241,8 @@ def reproduce(
             "run_seconds": sum(mine),
         }
         tables[study.name] = write_study_tables(study, root, quick=quick, **info)
-        if ship:
-            prune_for_shipping(study, root)
+    if ship:
+        prune_for_shipping(chosen, root)
     print(json.dumps({"seconds": wall, "root": str(root), "runs": len(records)}))
     return tables
 
@@ -311,17 +311,23 @@ def write_study_tables(study: Study, root: Path, quick: bool = False, **info) ->
     return tables
 
 
-def prune_for_shipping(study: Study, root: Path) -> None:
-    """Remove what the study does not ship from its run folders (training logs always)."""
+def prune_for_shipping(studies, root: Path) -> None:
+    """Remove from the studies' run folders what none of them ships (training logs always).
+
+    A run shared by several studies (the grid's reference cell is the reference run) keeps what the
+    most generous of them ships.
+    """
     import shutil
 
-    level = SHIP_LEVELS.index(study.ship)
-    for config in study.configs(output_dir=str(root)):
-        run_dir = config.run_dir
+    level = {}
+    for study in studies:
+        for config in study.configs(output_dir=str(root)):
+            level[config.run_dir] = max(level.get(config.run_dir, 0), SHIP_LEVELS.index(study.ship))
+    for run_dir, keep in level.items():
         shutil.rmtree(run_dir / "logs", ignore_errors=True)
-        if level < SHIP_LEVELS.index("all"):
+        if keep < SHIP_LEVELS.index("all"):
             (run_dir / "per_sample.csv.gz").unlink(missing_ok=True)
-        if level < SHIP_LEVELS.index("weights"):
+        if keep < SHIP_LEVELS.index("weights"):
             (run_dir / "model.pt").unlink(missing_ok=True)
 
 

@@ -41,12 +41,21 @@ def test_show_displays_the_figure_once_and_closes_it(monkeypatch):
 
 
 def test_tables_of_selected_runs(tmp_path):
-    runs = pd.DataFrame({"path": ["a/v/seed0", "a/v/seed1"], "experiment": "a", "variant": "v", "method": "m", "seed": [0, 1]})
+    runs = pd.DataFrame(
+        {"path": ["a/v/seed0", "a/v/seed1"], "experiment": "a", "variant": "v", "method": "m", "seed": [0, 1]}
+    )
     for seed in (0, 1):
         (tmp_path / f"a/v/seed{seed}").mkdir(parents=True)
-        pd.DataFrame({"epoch": [0, 1], "val/acc": [0.5, 0.6 + seed]}).to_csv(tmp_path / f"a/v/seed{seed}/history.csv", index=False)
+        pd.DataFrame({"epoch": [0, 1], "val/acc": [0.5, 0.6 + seed]}).to_csv(
+            tmp_path / f"a/v/seed{seed}/history.csv", index=False
+        )
     both = notebook.load_table(tmp_path, runs, "history.csv")
-    assert list(both["seed"]) == [0, 0, 1, 1] and list(both.columns[:4]) == ["seed", "method", "variant", "experiment"]
+    assert list(both["seed"]) == [0, 0, 1, 1] and list(both.columns[:4]) == [
+        "seed",
+        "method",
+        "variant",
+        "experiment",
+    ]
     assert len(notebook.select(runs, seed=1)) == 1
 
 

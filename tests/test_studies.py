@@ -29,7 +29,7 @@ def test_unknown_study():
         get_study("everything")
 
 
-def test_pruning_keeps_what_the_study_ships(tmp_path):
+def test_pruning_keeps_what_the_studies_ship(tmp_path):
     grid, reference = STUDIES["mnist-grid"], STUDIES["mnist-reference"]
     for study in (grid, reference):
         for config in study.configs(output_dir=str(tmp_path)):
@@ -37,12 +37,12 @@ def test_pruning_keeps_what_the_study_ships(tmp_path):
             for name in ("model.pt", "per_sample.csv.gz", "summary.csv", "metadata.json"):
                 (config.run_dir / name).write_text("x")
             (config.run_dir / "logs").mkdir(exist_ok=True)
-    prune_for_shipping(grid, tmp_path)
-    only_grid = [
-        c.run_dir for c in grid.configs(output_dir=str(tmp_path)) if c.lambda_p != 0.2 or c.beta != 0.01
+    prune_for_shipping([grid, reference], tmp_path)
+    grid_only = [
+        c.run_dir for c in grid.configs(output_dir=str(tmp_path)) if (c.lambda_p, c.beta) != (0.2, 0.01)
     ]
-    assert all(not (d / "model.pt").exists() and not (d / "per_sample.csv.gz").exists() for d in only_grid)
-    assert all((d / "summary.csv").exists() and not (d / "logs").exists() for d in only_grid)
-    prune_for_shipping(reference, tmp_path)
-    for config in reference.configs(output_dir=str(tmp_path)):
-        assert (config.run_dir / "per_sample.csv.gz").exists() or config.experiment == "mnist-extrapolation"
+    assert len(grid_only) == 27
+    assert all(not (d / "model.pt").exists() and not (d / "per_sample.csv.gz").exists() for d in grid_only)
+    assert all((d / "summary.csv").exists() and not (d / "logs").exists() for d in grid_only)
+    for config in reference.configs(output_dir=str(tmp_path)):  # shared with the grid: kept whole
+        assert (config.run_dir / "model.pt").exists() and (config.run_dir / "per_sample.csv.gz").exists()
