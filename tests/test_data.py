@@ -194,3 +194,8 @@ def test_parity_datamodule_sets():
     again.setup("test")
     assert torch.equal(again.test_inputs, dm.test_inputs)  # fixed, whatever the global seed
     assert dm.train_size == 128_000 and len(dm.train_dataloader()) == 1000
+
+
+def test_quick_parity_runs_validate_on_a_smaller_set():
+    assert ParityDataModule(n_elements=8).val_size == 8192
+    assert ParityDataModule(n_elements=8, train_subset=2560).val_size == 1280

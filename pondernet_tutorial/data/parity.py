@@ -77,7 +77,8 @@ class ParityDataModule(L.LightningDataModule):
         train_k: ``(k_min, k_max)`` of the training and validation samples.
         test_k: ``(k_min, k_max)`` of the test samples (default: ``train_k``).
         batch_size: batch size of every loader.
-        train_subset: training samples per epoch (an "epoch" is a fixed number of fresh batches).
+        train_subset: training samples per epoch (an "epoch" is a fixed number of fresh batches);
+            when given (quick runs), the validation set shrinks to half of it.
         val_size: validation samples.
         test_per_k: test samples for every ``k`` of the test range.
         test_subset: use only the first so many test samples of every ``k`` (quick runs).
@@ -104,6 +105,8 @@ class ParityDataModule(L.LightningDataModule):
         self.batch_size = check_batch_size(batch_size)
         samples = train_subset or 128_000  # an epoch: 1,000 batches of 128
         self.batches_per_epoch = max(1, samples // self.batch_size)
+        if train_subset:  # quick runs: a validation set in proportion
+            val_size = min(val_size, max(train_subset // 2, self.batch_size))
         self.val_size, self.test_per_k, self.test_subset = val_size, test_per_k, test_subset
         self.save_hyperparameters(ignore=["data_dir"])
 
