@@ -22,7 +22,7 @@ from .config import TrainConfig, identity_differences
 from .data.base import EvalSet
 from .losses import per_sample_loss
 
-EVAL_FORMAT = "pondernet_tutorial/evaluation-v2"
+EVAL_FORMAT = "pondernet_tutorial/evaluation-v3"
 RUN_TABLES = ("summary.csv", "per_step.csv", "per_class.csv")
 
 

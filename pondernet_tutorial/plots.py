@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from .halting import constant_lambda_distribution
+from .halting import geometric_prior
 from .registry import get_experiment
 
 METRIC_LABELS = {
@@ -67,8 +67,8 @@ def plot_halting_distribution(
     ax=None,
     column: str = "halt_step",
 ):
-    """Frequency of the sampled halting step for several test sets against the prior (a network with
-    ``λ_n = λ_p`` at every step, its tail on step N)."""
+    """Frequency of the sampled halting step for several test sets against the prior, the geometric
+    distribution renormalised over 1..N (what the KL term pulls towards)."""
     ax = ax or plt.gca()
     steps = np.arange(1, max_steps + 1)
     colors = sns.color_palette("viridis", len(sets))
@@ -77,8 +77,8 @@ def plot_halting_distribution(
         frequency = np.bincount(values, minlength=max_steps + 1)[1:] / len(values)
         label = name.replace("rot_pm", "±").replace("rot", "") + "°"
         ax.plot(steps, frequency, marker="o", ms=3, color=color, label=label)
-    prior = constant_lambda_distribution(lambda_p, max_steps).numpy()
-    ax.bar(steps, prior, color="grey", alpha=0.3, label=f"prior (λ_n = λ_p = {lambda_p:g})")
+    prior = geometric_prior(lambda_p, max_steps, renormalize=True).numpy()
+    ax.bar(steps, prior, color="grey", alpha=0.3, label=f"prior p_G(λ_p={lambda_p:g}), renormalised")
     ax.set_xlabel("halting step n")
     ax.set_ylabel("fraction of test samples")
     ax.set_xticks(steps[::2] if max_steps > 10 else steps)

@@ -52,14 +52,20 @@ def parity_module(method="pondernet", lambda_p=0.2):
 
 
 def test_tv_to_the_prior():
+    """The distance is measured to the renormalised geometric prior, the minimiser of the KL term."""
+    from pondernet_tutorial.halting import constant_lambda_distribution, geometric_prior
+
     module = parity_module(lambda_p=0.3)
     step = module.model.step_function
-    with torch.no_grad():  # λ_n = λ_p for every input: exactly the prior, tail on step N
+    with torch.no_grad():  # λ_n = λ_p for every input: the prior with its tail on step N
         step.halting_head.weight.zero_()
         step.halting_head.bias.fill_(math.log(0.3 / 0.7))
     x = torch.randint(-1, 2, (50, 8)).float()
     table, per_step = evaluate_set(module, EvalSet("s", x, torch.zeros(50, dtype=torch.long)))
-    assert table["tv_prior"].max() < 1e-6
+    capped, renormalised = constant_lambda_distribution(0.3, 6), geometric_prior(0.3, 6, renormalize=True)
+    expected = 0.5 * (capped - renormalised).abs().sum().item()
+    assert expected > 0.05
+    assert table["tv_prior"].to_numpy() == pytest.approx(expected, abs=1e-5)
     assert table["expected_steps"].nunique() == 1
     assert list(per_step["step"]) == [1, 2, 3, 4, 5, 6]
 

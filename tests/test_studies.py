@@ -8,7 +8,7 @@ from pondernet_tutorial.studies import STUDIES, get_study, prune_for_shipping
 def test_studies_name_distinct_runs_and_share_the_reference():
     reference = {c.run_dir for c in get_study("mnist-reference").configs()}
     grid = {c.run_dir for c in get_study("mnist-grid").configs()}
-    assert len(reference) == 6 and len(grid) == 20 + 2 * 5
+    assert len(reference) == 6 and len(grid) == 16 + 2 * 6  # β = 0 once: λ_p changes nothing there
     shared = reference & grid
     assert len(shared) == 3 and all(
         "mnist-extrapolation" in str(p) for p in shared
@@ -41,7 +41,7 @@ def test_pruning_keeps_what_the_studies_ship(tmp_path):
     grid_only = [
         c.run_dir for c in grid.configs(output_dir=str(tmp_path)) if (c.lambda_p, c.beta) != (0.2, 0.01)
     ]
-    assert len(grid_only) == 27
+    assert len(grid_only) == 25
     assert all(not (d / "model.pt").exists() and not (d / "per_sample.csv.gz").exists() for d in grid_only)
     assert all((d / "summary.csv").exists() and not (d / "logs").exists() for d in grid_only)
     for config in reference.configs(output_dir=str(tmp_path)):  # shared with the grid: kept whole

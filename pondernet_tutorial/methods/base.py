@@ -243,7 +243,8 @@ class PonderingMethod(nn.Module):
         raise NotImplementedError
 
     def halting_prior(self) -> Tensor | None:
-        """``(N,)`` the halting distribution the method pulls towards, if it has one (PonderNet)."""
+        """``(N,)`` the halting distribution the method's regulariser pulls towards, if it has one
+        (PonderNet); the evaluation measures each sample's distance to it."""
         return None
 
     def inference_halt_step(self, out: PonderOutput, generator: torch.Generator | None = None) -> Tensor:

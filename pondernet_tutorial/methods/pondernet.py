@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..halting import constant_lambda_distribution, halting_uniforms, log_halting_distribution
+from ..halting import geometric_prior, halting_uniforms, log_halting_distribution
 from ..losses import PonderLoss
 from .base import HaltingRule, PonderingMethod, PonderOutput, halting_steps, unroll
 
@@ -145,8 +145,9 @@ class PonderNet(PonderingMethod):
         return self.criterion(out.logits, out.log_p, targets)  # L_Rec + β · KL
 
     def halting_prior(self) -> Tensor:
-        """The prior's halting distribution over 1..N, its tail mass on step N (λ_n = λ_p throughout)."""
-        return constant_lambda_distribution(self.criterion.regularization.lambda_p, self.max_steps)
+        """The distribution the KL term pulls towards: the geometric prior renormalised over 1..N,
+        ``p_G / Z``, which minimises both ``KL(p ‖ p_G)`` and ``KL(p_G ‖ p)``."""
+        return geometric_prior(self.criterion.regularization.lambda_p, self.max_steps, renormalize=True)
 
     def inference_halt_step(self, out: PonderOutput, generator=None) -> Tensor:
         return sample_halting_step(out.halting_logits, generator)
