@@ -261,8 +261,21 @@ def _user_errors():
     from .checkpoints import CheckpointError
     from .config import ConfigMismatchError
     from .data.mnist import MNISTDamagedError, MNISTNotFoundError
+    from .training import MissingPackageError
 
-    return (CheckpointError, ConfigMismatchError, MNISTDamagedError, MNISTNotFoundError, FileExistsError)
+    try:  # Lightning's error for a bad --accelerator, --devices or --strategy
+        from lightning.fabric.utilities.exceptions import MisconfigurationException
+    except ImportError:  # pragma: no cover - Lightning moved it
+        MisconfigurationException = UserError
+    return (
+        CheckpointError,
+        ConfigMismatchError,
+        MNISTDamagedError,
+        MNISTNotFoundError,
+        FileExistsError,
+        MissingPackageError,
+        MisconfigurationException,
+    )
 
 
 def _config(values: dict) -> TrainConfig:

@@ -188,11 +188,10 @@ class PonderLitModule(L.LightningModule):
         name = names[dataloader_idx] if names else f"set{dataloader_idx}"
         self._shared_step(batch, f"test_metrics.{dataloader_idx}", f"test/{name}", self._generator)
 
-    def on_predict_epoch_start(self) -> None:
-        self._generator = torch.Generator().manual_seed(self.hparams.eval_seed)
-
     def predict_step(self, batch, batch_idx: int, dataloader_idx: int = 0) -> dict[str, Tensor]:
-        """Per sample: the predicted class, the halting step and (where defined) the expected steps."""
+        """Per sample: the predicted class and the halting step."""
+        if batch_idx == 0:  # every set gets the same coins as in test_step and evaluate
+            self._generator = torch.Generator().manual_seed(self.hparams.eval_seed)
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
         out = self(x, generator=self._generator)
         return {"prediction": out.prediction_logits.argmax(-1), "halt_step": out.halt_step}

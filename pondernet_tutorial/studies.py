@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import PRETRAINED_DIR, TrainConfig, identity_differences
+from .config import PRETRAINED_DIR, ConfigMismatchError, TrainConfig, identity_differences
 
 if TYPE_CHECKING:  # pandas is imported where it is used: listing the studies stays light
     import pandas as pd
@@ -174,7 +174,7 @@ def run_one(
     if saved is not None and not overwrite:  # never replace another configuration's run silently
         differences = identity_differences(saved["identity"], config.identity())
         if differences:
-            raise ValueError(
+            raise ConfigMismatchError(
                 f"{run_dir} holds another configuration ({'; '.join(differences)}); pass --overwrite to retrain it."
             )
     if not overwrite and not reevaluate and tables_up_to_date(config, limit):

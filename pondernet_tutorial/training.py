@@ -96,6 +96,10 @@ def make_logger(config: TrainConfig, save_dir: Path):
     return loggers.CSVLogger(save_dir, name="", version="")
 
 
+class MissingPackageError(ValueError):
+    """An optional package that the requested option needs is not installed."""
+
+
 def check_logger_available(logger: str) -> None:
     """Fail before any folder is made if the chosen logger's package is missing."""
     module = {"tensorboard": "tensorboard", "wandb": "wandb"}.get(logger)
@@ -104,7 +108,7 @@ def check_logger_available(logger: str) -> None:
     import importlib.util
 
     if importlib.util.find_spec(module) is None:
-        raise ValueError(f"--logger {logger} needs the {module} package: pip install {module}.")
+        raise MissingPackageError(f"--logger {logger} needs the {module} package: pip install {module}.")
 
 
 def library_versions() -> dict:

@@ -3,7 +3,8 @@
 Deliberate breaks these tests catch (each was tried):
 - a lambda as the default loss (the module no longer pickles): test_module_pickles_for_ddp_spawn;
 - configure_optimizers always monitoring val/acc: test_fit_without_validation;
-- unknown hyperparameters passed on to the module: test_checkpoint_errors.
+- unknown hyperparameters passed on to the module: test_checkpoint_errors;
+- predict_step seeding its coins once per predict epoch, not per set: test_named_test_sets_and_predict.
 """
 
 import functools
@@ -90,6 +91,10 @@ def test_named_test_sets_and_predict(tmp_path):
     predictions = t.predict(m, datamodule=dm)
     first = predictions[0][0] if isinstance(predictions[0], list) else predictions[0]
     assert set(first) == {"prediction", "halt_step"} and first["prediction"].shape == (32,)
+    loader = dm.test_dataloader()
+    loader = loader[0] if isinstance(loader, list) else loader
+    twice = t.predict(m, dataloaders=[loader, loader])  # each set draws the same coins
+    assert torch.equal(twice[0][0]["halt_step"], twice[1][0]["halt_step"])
 
 
 def test_hyperparameters_are_plain_data_and_checked():

@@ -52,7 +52,9 @@ def test_a_rerun_that_trains_nothing_keeps_the_sweeps_wall_time(tmp_path, monkey
 
     seconds = {"value": 7.0}
     written = []
-    monkeypatch.setattr(studies, "run_one", lambda c, *a: {"run_dir": str(c.run_dir), "seconds": seconds["value"]})
+    monkeypatch.setattr(
+        studies, "run_one", lambda c, *a: {"run_dir": str(c.run_dir), "seconds": seconds["value"]}
+    )
 
     def write(study, root, quick, **info):
         folder = root / "studies" / study.name
