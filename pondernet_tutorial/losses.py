@@ -8,8 +8,8 @@ Both are averaged over the batch. Neither has a Python loop over steps: all N st
 operation, and everything is computed from ``log p`` so that no probability underflows to ``log 0``.
 
 The KL direction has a name that says which distribution comes first: ``"p_prior"`` is the paper's
-``KL(p ‖ p_G)`` and ``"prior_p"`` is ``KL(p_G ‖ p)``, what ``nn.KLDivLoss()(p.log(), p_g)`` computes in
-the popular implementations. (In machine learning "forward KL" usually means ``KL(target ‖ model)``,
+``KL(p ‖ p_G)`` and ``"prior_p"`` is ``KL(p_G ‖ p)``, what
+``nn.KLDivLoss(reduction="batchmean")(p.log(), p_g)`` computes in the popular implementations. (In machine learning "forward KL" usually means ``KL(target ‖ model)``,
 which would be the second one, so this package avoids "forward" and "reverse"; the old names are still
 accepted with a deprecation warning.)
 """
