@@ -121,7 +121,7 @@ STUDIES: dict[str, Study] = {
             ship="tables",
             quick_runs=tuple(
                 {"experiment": EXTRAPOLATION, "lambda_p": lambda_p, "beta": beta}
-                for lambda_p, beta in ((0.2, 0.0), (0.1, 0.01), (0.5, 0.01), (0.5, 0.1))
+                for lambda_p, beta in ((0.2, 0.0), (0.2, 0.01), (0.5, 0.01), (0.5, 0.1))
             ),
         ),
         Study(
