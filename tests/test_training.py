@@ -102,6 +102,15 @@ def test_history_and_metadata_with_the_tensorboard_logger(tmp_path):
     assert (config.run_dir / "history.csv").is_file() and (config.run_dir / "metadata.json").is_file()
 
 
+def test_history_and_metadata_with_the_wandb_logger(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")  # not a dependency; where installed, the run must complete offline
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    config = tiny(tmp_path, logger="wandb")
+    train(config)
+    assert all((config.run_dir / name).is_file() for name in ("history.csv", "metadata.json", "model.pt"))
+
+
 def test_arguments_are_checked_before_a_folder_is_made(tmp_path, monkeypatch):
     import importlib.util
 
