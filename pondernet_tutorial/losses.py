@@ -9,9 +9,10 @@ operation, and everything is computed from ``log p`` so that no probability unde
 
 The KL direction has a name that says which distribution comes first: ``"p_prior"`` is the paper's
 ``KL(p ‖ p_G)`` and ``"prior_p"`` is ``KL(p_G ‖ p)``, what
-``nn.KLDivLoss(reduction="batchmean")(p.log(), p_g)`` computes in the popular implementations. (In machine learning "forward KL" usually means ``KL(target ‖ model)``,
-which would be the second one, so this package avoids "forward" and "reverse"; the old names are still
-accepted with a deprecation warning.)
+``nn.KLDivLoss(reduction="batchmean")(p.log(), p_g)`` computes in the popular implementations. (In
+machine learning "forward KL" usually means ``KL(target ‖ model)``, which would be the second one, so
+this package avoids "forward" and "reverse"; the old names are still accepted with a deprecation
+warning.)
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ STUDIES: dict[str, Study] = {
         ),
         Study(
             "mnist-grid",
-            "PonderNet over λ_p × β on the extrapolation setting, 5 epochs per run",
+            f"PonderNet over λ_p × β on the extrapolation setting, {MNIST_GRID_EPOCHS} epochs per run",
             tuple(
                 {
                     "experiment": EXTRAPOLATION,

@@ -24,6 +24,17 @@ def needs_mnist():
         pytest.skip("MNIST not on disk: set PONDERNET_DATA_DIR to the folder holding MNIST/raw")
 
 
+@pytest.fixture
+def without_wandb(monkeypatch):
+    """The wandb package looks uninstalled, whether it is or not."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
+    )
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -109,22 +109,17 @@ def test_programming_errors_keep_their_traceback(monkeypatch):
         main(["train", "--quick"])
 
 
-def test_more_user_errors_are_one_line(monkeypatch, tmp_path, capsys):
+def test_more_user_errors_are_one_line(without_wandb, tmp_path, capsys):
     """A missing logger package, a bad device count, a run folder of another configuration.
 
     Breaks caught (each was tried): the logger check raising a plain ValueError, run_one raising a plain
     ValueError for a folder of another configuration, Lightning's MisconfigurationException left out of
     the user errors.
     """
-    import importlib.util
     import json
 
     from pondernet_tutorial.studies import get_study
 
-    find_spec = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else find_spec(name, *a)
-    )
     quick = ["--quick", "--experiment", "parity-interpolation", "--output-dir", str(tmp_path / "runs")]
     config = get_study("mnist-refine").configs(quick=True, output_dir=str(tmp_path / "study"))[0]
     config.run_dir.mkdir(parents=True)

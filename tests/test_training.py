@@ -111,13 +111,7 @@ def test_history_and_metadata_with_the_wandb_logger(tmp_path, monkeypatch):
     assert all((config.run_dir / name).is_file() for name in ("history.csv", "metadata.json", "model.pt"))
 
 
-def test_arguments_are_checked_before_a_folder_is_made(tmp_path, monkeypatch):
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
-    )
+def test_arguments_are_checked_before_a_folder_is_made(tmp_path, without_wandb):
     with pytest.raises(ValueError, match="pip install wandb"):
         train(tiny(tmp_path, logger="wandb"))
     with pytest.raises(Exception, match="accelerator"):
