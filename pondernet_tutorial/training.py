@@ -142,6 +142,24 @@ def read_metadata(run_dir: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def make_trainer(config: TrainConfig, callbacks: list) -> L.Trainer:
+    """The Lightning Trainer of a run (no logger yet: it is set once every argument has been checked)."""
+    return L.Trainer(
+        max_epochs=config.epochs,
+        accelerator=config.accelerator,
+        devices=config.devices,
+        strategy=config.strategy,
+        precision=config.precision,
+        gradient_clip_val=config.grad_clip or None,
+        callbacks=callbacks,
+        logger=False,  # set below, once every argument has been checked
+        enable_progress_bar=config.progress_bar,
+        enable_model_summary=False,
+        deterministic="warn",  # exact on the CPU; warns instead of failing on GPU ops without a deterministic kernel
+        num_sanity_val_steps=0,
+    )
+
+
 def train(config: TrainConfig, overwrite: bool = False) -> tuple[PonderLitModule, dict]:
     """Train one run and write ``history.csv``, ``metadata.json`` and ``model.pt`` to its folder.
 
@@ -176,20 +194,13 @@ def train(config: TrainConfig, overwrite: bool = False) -> tuple[PonderLitModule
             stopping_threshold=config.stop_at_val_acc or None,
         )
         callbacks.append(stopping)
-    trainer = L.Trainer(
-        max_epochs=config.epochs,
-        accelerator=config.accelerator,
-        devices=config.devices,
-        strategy=config.strategy,
-        precision=config.precision,
-        gradient_clip_val=config.grad_clip or None,
-        callbacks=callbacks,
-        logger=False,  # set below, once every argument has been checked
-        enable_progress_bar=config.progress_bar,
-        enable_model_summary=False,
-        deterministic="warn",  # exact on the CPU; warns instead of failing on GPU ops without a deterministic kernel
-        num_sanity_val_steps=0,
-    )
+    try:
+        trainer = make_trainer(config, callbacks)
+    except ModuleNotFoundError as error:  # e.g. --accelerator tpu without torch_xla
+        raise MissingPackageError(
+            f"accelerator={config.accelerator!r}, strategy={config.strategy!r} need a missing package ({error}); "
+            "install it, or choose --accelerator auto/cpu/gpu."
+        ) from error
     if run_dir.exists():  # an unfinished run (no model.pt) or one to overwrite
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -110,11 +110,12 @@ def test_programming_errors_keep_their_traceback(monkeypatch):
 
 
 def test_more_user_errors_are_one_line(without_wandb, tmp_path, capsys):
-    """A missing logger package, a bad device count, a run folder of another configuration.
+    """A missing logger package, a bad device count, an accelerator whose package is missing (torch_xla
+    for ``tpu``), a run folder of another configuration.
 
     Breaks caught (each was tried): the logger check raising a plain ValueError, run_one raising a plain
     ValueError for a folder of another configuration, Lightning's MisconfigurationException left out of
-    the user errors.
+    the user errors, the Trainer built without turning ModuleNotFoundError into a user error.
     """
     import json
 
@@ -127,6 +128,7 @@ def test_more_user_errors_are_one_line(without_wandb, tmp_path, capsys):
     for args, message in (
         (["train", "--logger", "wandb", *quick], "pip install wandb"),
         (["train", "--devices", "0", *quick], "devices=0"),
+        (["train", "--accelerator", "tpu", *quick], "accelerator='tpu'"),
         (
             ["reproduce", "--study", "mnist-refine", "--quick", "--output-dir", str(tmp_path / "study")],
             "lr: saved 0.5",
