@@ -152,7 +152,7 @@ def make_trainer(config: TrainConfig, callbacks: list) -> L.Trainer:
         precision=config.precision,
         gradient_clip_val=config.grad_clip or None,
         callbacks=callbacks,
-        logger=False,  # set below, once every argument has been checked
+        logger=False,  # the caller sets it once every argument has been checked
         enable_progress_bar=config.progress_bar,
         enable_model_summary=False,
         deterministic="warn",  # exact on the CPU; warns instead of failing on GPU ops without a deterministic kernel
