@@ -45,6 +45,8 @@ HELP = {
     "train_subset": "training samples per epoch (MNIST: the first N images; quick runs only, never shipped)",
     "quick": "the experiment's quick settings (CI only; never shipped)",
     "compile": "torch.compile the unroll and loss of training and validation, for methods without early exit (off in quick mode)",
+    "cuda_graph": "replay each training step from one CUDA graph [default: on where possible: one CUDA "
+    "device, not 16-mixed]",
     "accelerator": "Lightning accelerator: auto, cpu, gpu, mps [auto]",
     "devices": "Lightning devices: auto, a count, or a list such as 0,1 [auto]",
     "strategy": "Lightning strategy: auto, ddp, ddp_spawn, ... [auto]",
@@ -79,8 +81,17 @@ TYPES = {
     "lr_factor": float,
     "stop_at_val_acc": float,
 }
-BOOLEANS = ("renormalize_prior", "quick", "compile", "progress_bar")
-REPRODUCE_OPTIONS = ("accelerator", "devices", "strategy", "precision", "data_dir", "compile", "logger")
+BOOLEANS = ("renormalize_prior", "quick", "compile", "cuda_graph", "progress_bar")
+REPRODUCE_OPTIONS = (
+    "accelerator",
+    "devices",
+    "strategy",
+    "precision",
+    "data_dir",
+    "compile",
+    "cuda_graph",
+    "logger",
+)
 
 
 class UserError(Exception):

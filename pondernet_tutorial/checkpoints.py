@@ -39,7 +39,7 @@ def save_weights(module: PonderLitModule, path: str | os.PathLike) -> Path:
 
 
 def _accepted_hparams() -> set[str]:
-    return set(inspect.signature(PonderLitModule.__init__).parameters) - {"self", "compile"}
+    return set(inspect.signature(PonderLitModule.__init__).parameters) - {"self", "compile", "cuda_graph"}
 
 
 def load_model(path: str | os.PathLike, map_location="cpu") -> PonderLitModule:

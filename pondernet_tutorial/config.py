@@ -53,6 +53,7 @@ NOT_IDENTITY = (
     "devices",
     "strategy",
     "compile",
+    "cuda_graph",
     "data_dir",
     "output_dir",
     "logger",
@@ -98,6 +99,7 @@ class TrainConfig:
     train_subset: int | None = None
     quick: bool = False
     compile: bool | None = None
+    cuda_graph: bool | None = None
     accelerator: str = "auto"
     devices: str | int = "auto"
     strategy: str = "auto"

@@ -70,7 +70,7 @@ def evaluate_set(
         for name, values in eval_set.per_sample.items():
             columns[name] = values[start : start + batch_size]
         frames.append(pd.DataFrame({k: v.cpu().numpy() for k, v in columns.items()}))
-        if model.unrolls_all_steps:
+        if model.step_answers:
             correct_by_step.append((out.logits.argmax(-1) == y).float().sum(1).cpu())  # (S,)
     per_sample = pd.concat(frames, ignore_index=True)
     for name, value in eval_set.columns.items():

@@ -3,6 +3,14 @@
 Nothing here knows the task: the step function (by name or factory), the number of classes, the
 halting method and the per-sample loss are arguments, saved as plain hyperparameters so that a
 checkpoint can rebuild the module (:mod:`~pondernet_tutorial.checkpoints`).
+
+A training step never makes the host wait for the device: every method unrolls all its steps
+(:meth:`~pondernet_tutorial.methods.base.PonderingMethod.fit_forward`), training flips no coin and logs
+expectations instead (the expected accuracy ``Σ_n p_n 1[ŷ_n = y]`` and ``E[n]``), and the metrics add up
+on the device. So the step compiles into one graph (``torch.compile``, on by default in the shipped
+experiments), and on a CUDA device it is replayed from one CUDA graph
+(:class:`~pondernet_tutorial.cuda_graph.GraphedStep`). Validation and test draw their halting coins
+from a generator of their own, seeded, so they are reproducible.
 """
 
 from __future__ import annotations
@@ -11,24 +19,30 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
-from torchmetrics.classification import MulticlassAccuracy
 
+from .cuda_graph import GraphedStep
 from .methods import method_class
 from .methods.base import PonderOutput
 from .registry import LOSSES, describe_component, resolve_component
 from .steps import STEPS
 
+# The training engine's version, recorded in every run's metadata: 1 flipped coins in training and
+# drew the training data from the global generator; 2 has no host synchronisation in a training step,
+# logs expectations in training, draws the data from a generator of its own and drops the last,
+# partial batch of an epoch. Runs of an older engine are not retrained for a newer one.
+ENGINE_VERSION = 2
 
-def stage_metrics(n_classes: int, loss_terms: tuple[str, ...]) -> MetricCollection:
-    """The metrics of one stage: accuracy at the halting step, steps, and every loss term."""
-    metrics = {
-        "acc": MulticlassAccuracy(n_classes, average="micro"),  # the answer at inference's halting step
-        "halt_step": MeanMetric(),  # mean number of steps computed (sampled, N(x), or k)
-        "expected_steps": MeanMetric(),  # mean Σ_n n p_n
-        "loss": MeanMetric(),
-    }
-    metrics.update({name: MeanMetric() for name in loss_terms})
-    return MetricCollection(metrics)
+
+def _mean() -> MeanMetric:
+    return MeanMetric(nan_strategy="disable")  # no NaN check: it would make the host wait every step
+
+
+def stage_metrics(loss_terms: tuple[str, ...]) -> MetricCollection:
+    """The metrics of one stage, each a mean over the samples, summed on the device: accuracy (of the
+    answer at inference's halting step; its expectation in training), the halting step (its
+    expectation for PonderNet in training), the expected steps ``Σ_n n p_n``, and every loss term."""
+    names = ("acc", "halt_step", "expected_steps", "loss", *loss_terms)
+    return MetricCollection({name: _mean() for name in names}, compute_groups=False)
 
 
 class PonderLitModule(L.LightningModule):
@@ -55,9 +69,12 @@ class PonderLitModule(L.LightningModule):
             validation set) or ``"constant"``.
         lr_patience, lr_factor: ReduceLROnPlateau's settings.
         eval_seed: seed of the halting coins in validation and test, so that they are reproducible.
+        grad_clip: clip the gradients' norm to this value (0: no clipping).
         compile: ``torch.compile`` the unroll and the loss that training, validation and test run
-            (``_fit_losses``), for methods that unroll every step (PonderNet, fixed steps; ACT's early
-            exit runs eagerly). Not saved: a loaded model runs eagerly.
+            (``_fit_losses``). Not saved: a loaded model runs eagerly.
+        cuda_graph: replay each training step from one CUDA graph (CUDA, one device; see
+            :mod:`~pondernet_tutorial.cuda_graph`); training then optimises by hand (Lightning's manual
+            optimisation) with the same computation. Not saved.
     """
 
     def __init__(
@@ -73,7 +90,9 @@ class PonderLitModule(L.LightningModule):
         lr_patience: int = 2,
         lr_factor: float = 0.5,
         eval_seed: int = 0,
+        grad_clip: float = 0.0,
         compile: bool = False,
+        cuda_graph: bool = False,
     ):
         super().__init__()
         if isinstance(n_classes, bool) or int(n_classes) != n_classes or n_classes < 2:
@@ -96,6 +115,7 @@ class PonderLitModule(L.LightningModule):
                 "lr_patience": lr_patience,
                 "lr_factor": lr_factor,
                 "eval_seed": eval_seed,
+                "grad_clip": float(grad_clip),
             }
         )
         step_function = resolve_component(step, STEPS, "step function")(
@@ -108,15 +128,20 @@ class PonderLitModule(L.LightningModule):
         except TypeError as error:
             raise ValueError(f"method {method!r} does not take these options: {error}") from error
         terms = self.model.loss_terms
-        self.metrics = nn.ModuleDict(
-            {"fit": stage_metrics(n_classes, terms), "validation": stage_metrics(n_classes, terms)}
-        )
+        self.metrics = nn.ModuleDict({"fit": stage_metrics(terms), "validation": stage_metrics(terms)})
         self.test_metrics = nn.ModuleList()
-        # torch.compile pays where the unroll has no data-dependent control flow (no early exit)
-        self._fit_step = (
-            torch.compile(self._fit_losses) if compile and self.model.unrolls_all_steps else self._fit_losses
-        )
+        self._compile = bool(compile)
+        self._graphed: GraphedStep | None = None
         self._generator: torch.Generator | None = None
+        self.use_cuda_graph(cuda_graph)
+
+    def use_cuda_graph(self, on: bool) -> None:
+        """Replay training steps from a CUDA graph (manual optimisation, no compiler) or not (Lightning's
+        automatic optimisation, compiled if asked). Set before ``fit``."""
+        self.cuda_graph = bool(on)
+        self.automatic_optimization = not self.cuda_graph  # a replayed step optimises by hand
+        self.compiled = self._compile and not self.cuda_graph  # a replay needs no compiler
+        self._fit_step = torch.compile(self._fit_losses) if self.compiled else self._fit_losses
 
     def forward(self, x, generator: torch.Generator | None = None) -> PonderOutput:
         """Inference: the method's halting (PonderNet samples its halting step with ``generator``)."""
@@ -127,21 +152,36 @@ class PonderLitModule(L.LightningModule):
         out = self.model.fit_forward(x)
         return out, self.model.loss(out, y)
 
-    def _shared_step(self, batch, attribute: str, prefix: str, generator=None) -> Tensor:
-        """One batch of any stage: losses, the halting steps inference would take, metrics.
+    def _training_values(self, x, y) -> dict[str, Tensor]:
+        """A training batch's loss terms and, per sample, what training logs: the expected accuracy,
+        the (expected) halting step and the expected steps. No coin is flipped."""
+        out, losses = self._fit_step(x, y)
+        return {
+            **losses,
+            "acc": out.expected_correct(y),  # Σ_n p_n 1[ŷ_n = y] (PonderNet); 1[ŷ = y] (ACT, fixed)
+            "halt_step": out.mean_halt_step(),  # E[n] (PonderNet), N(x) (ACT), k (fixed)
+            "expected_steps": out.expected_steps.detach(),
+        }
 
-        ``attribute``: where the stage's metrics live (``metrics.fit``, ``test_metrics.0``).
-        """
-        metrics = self.get_submodule(attribute)
-        x, y = batch
+    def _evaluation_values(self, x, y, generator) -> dict[str, Tensor]:
+        """A validation or test batch's loss terms and, per sample, the correctness of the answer at
+        the halting step that inference takes (PonderNet's coins drawn from ``generator``)."""
         out, losses = self._fit_step(x, y)
         out.halt_step = self.model.inference_halt_step(out, generator)  # the steps inference would take
-        batch_size = y.shape[0]
-        metrics["acc"].update(out.prediction_logits, y)
-        metrics["halt_step"].update(out.halt_step.float())
-        metrics["expected_steps"].update(out.expected_steps.detach())
-        for name, value in losses.items():
-            metrics[name].update(value.detach(), weight=batch_size)
+        correct = (out.prediction_logits.argmax(-1) == y).to(torch.float32)
+        return {
+            **losses,
+            "acc": correct,
+            "halt_step": out.halt_step.float(),
+            "expected_steps": out.expected_steps,
+        }
+
+    def _record(self, values: dict[str, Tensor], batch_size: int, attribute: str, prefix: str) -> None:
+        """Add a batch's values to the stage's metrics (on the device: nothing waits) and log them."""
+        metrics = self.get_submodule(attribute)
+        for name, value in values.items():
+            value = value.detach()
+            metrics[name].update(value if value.dim() else value.expand(batch_size))  # per sample
         for name in metrics.keys(keep_base=True):
             self.log(
                 f"{prefix}/{name}",
@@ -153,10 +193,42 @@ class PonderLitModule(L.LightningModule):
                 batch_size=batch_size,
                 metric_attribute=f"{attribute}.{name}",
             )
-        return losses["loss"]
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
-        return self._shared_step(batch, "metrics.fit", "train")
+        x, y = batch
+        if self.automatic_optimization:
+            values = self._training_values(x, y)
+        else:
+            values = self._graphed_step(x, y)
+        self._record(values, y.shape[0], "metrics.fit", "train")
+        return values["loss"]
+
+    def _graphed_step(self, x, y) -> dict[str, Tensor]:
+        """Manual optimisation: forward, loss, backward, clipping and update in one
+        :class:`~pondernet_tutorial.cuda_graph.GraphedStep` (replayed from a CUDA graph on CUDA)."""
+        optimizer = self.optimizers()
+        if self._graphed is None:
+            self._graphed = GraphedStep(
+                self._training_values,
+                self.parameters(),
+                optimizer.optimizer,
+                self.hparams.grad_clip,
+                capture=self.device.type == "cuda",
+            )
+        before = getattr(optimizer, "_on_before_step", None)  # Lightning's count of optimiser steps
+        if before is not None:
+            before()
+        values = self._graphed(x, y)
+        after = getattr(optimizer, "_on_after_step", None)
+        if after is not None:
+            after()
+        return values
+
+    def _shared_step(self, batch, attribute: str, prefix: str, generator) -> Tensor:
+        x, y = batch
+        values = self._evaluation_values(x, y, generator)
+        self._record(values, y.shape[0], attribute, prefix)
+        return values["loss"]
 
     def on_validation_epoch_start(self) -> None:
         self._generator = torch.Generator().manual_seed(self.hparams.eval_seed)
@@ -174,16 +246,13 @@ class PonderLitModule(L.LightningModule):
     def setup(self, stage: str) -> None:
         if stage == "test":
             names = self.test_set_names() or []
-            self.test_metrics = nn.ModuleList(
-                stage_metrics(self.hparams.n_classes, self.model.loss_terms) for _ in names
-            )
+            self.test_metrics = nn.ModuleList(stage_metrics(self.model.loss_terms) for _ in names)
 
     def test_step(self, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
         if batch_idx == 0:  # every test set gets the same coins, whatever ran before it
             self._generator = torch.Generator().manual_seed(self.hparams.eval_seed)
         while len(self.test_metrics) <= dataloader_idx:  # loaders given without a data module's names
-            terms = self.model.loss_terms
-            self.test_metrics.append(stage_metrics(self.hparams.n_classes, terms).to(self.device))
+            self.test_metrics.append(stage_metrics(self.model.loss_terms).to(self.device))
         names = self.test_set_names()
         name = names[dataloader_idx] if names else f"set{dataloader_idx}"
         self._shared_step(batch, f"test_metrics.{dataloader_idx}", f"test/{name}", self._generator)
@@ -206,11 +275,34 @@ class PonderLitModule(L.LightningModule):
         except AttributeError:
             return True
 
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        """Clip the gradients' norm to ``grad_clip`` (the module's own setting, so that the replayed
+        step and Lightning's automatic optimisation clip alike)."""
+        if self.hparams.grad_clip > 0:
+            self.clip_gradients(
+                optimizer, gradient_clip_val=self.hparams.grad_clip, gradient_clip_algorithm="norm"
+            )
+
     def configure_optimizers(self):
-        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+        if self.cuda_graph and self.device.type == "cuda":  # the update is captured: lr is a tensor
+            lr = torch.tensor(self.hparams.lr, device=self.device)
+            optimizer = torch.optim.Adam(self.parameters(), lr=lr, capturable=True, foreach=True)
+        else:
+            optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
         if self.hparams.lr_schedule == "constant" or not self._has_validation():
             return optimizer
         scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
             optimizer, mode="max", factor=self.hparams.lr_factor, patience=self.hparams.lr_patience
         )
+        if not self.automatic_optimization:  # stepped by hand in on_train_epoch_end
+            return [optimizer], [scheduler]
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val/acc"}}
+
+    def on_train_epoch_end(self) -> None:
+        """Manual optimisation steps the learning-rate schedule itself, where Lightning would: after the
+        epoch's validation."""
+        if self.automatic_optimization:
+            return
+        scheduler = self.lr_schedulers()
+        if scheduler is not None and "val/acc" in self.trainer.callback_metrics:
+            scheduler.step(self.trainer.callback_metrics["val/acc"])

@@ -26,7 +26,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from .checkpoints import save_weights
 from .config import TrainConfig, check_same_identity
-from .lightning_module import PonderLitModule
+from .lightning_module import ENGINE_VERSION, PonderLitModule
 from .registry import get_experiment, import_path
 
 
@@ -42,7 +42,7 @@ class History(Callback):
 
     def on_train_epoch_end(self, trainer, pl_module):
         row = {"epoch": trainer.current_epoch, "epoch_time_s": round(time.perf_counter() - self._start, 3)}
-        row["lr"] = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else None
+        row["lr"] = float(trainer.optimizers[0].param_groups[0]["lr"]) if trainer.optimizers else None
         for name, value in sorted(trainer.callback_metrics.items()):
             if name.startswith(("train/", "val/")):
                 row[name] = float(value)
@@ -59,7 +59,11 @@ def make_datamodule(config: TrainConfig, test_rotations=None, test_subset=None):
     if test_subset is not None:
         options["test_subset"] = test_subset
     return cls(
-        data_dir=config.data_dir, batch_size=config.batch_size, train_subset=config.train_subset, **options
+        data_dir=config.data_dir,
+        batch_size=config.batch_size,
+        train_subset=config.train_subset,
+        seed=config.seed,
+        **options,
     )
 
 
@@ -76,8 +80,32 @@ def make_module(config: TrainConfig) -> PonderLitModule:
         lr_schedule=config.lr_schedule,
         lr_patience=config.lr_patience,
         lr_factor=config.lr_factor,
+        grad_clip=config.grad_clip,
         compile=config.compile,
     )
+
+
+GRAPH_PRECISIONS_EXCLUDED = ("16-mixed", "16")  # GradScaler's step waits for the device: not capturable
+
+
+def use_cuda_graph(config: TrainConfig, trainer: L.Trainer, module: PonderLitModule) -> bool:
+    """Whether training replays each step from one CUDA graph: ``config.cuda_graph``, or by default
+    wherever it can (one CUDA device, a precision without a gradient scaler, a method whose training
+    step is capturable)."""
+    from lightning.pytorch.accelerators import CUDAAccelerator
+
+    reasons = []
+    if not isinstance(trainer.accelerator, CUDAAccelerator):
+        reasons.append("a CUDA device")
+    if trainer.num_devices != 1:
+        reasons.append("exactly one device")
+    if config.precision in GRAPH_PRECISIONS_EXCLUDED:
+        reasons.append("a precision without a gradient scaler (not 16-mixed)")
+    if not module.model.capturable:
+        reasons.append(f"a method whose training step is capturable ({config.method} is not)")
+    if config.cuda_graph and reasons:
+        raise ValueError(f"--cuda-graph needs {', '.join(reasons)}: drop it or pass --no-cuda-graph.")
+    return not reasons if config.cuda_graph is None else bool(config.cuda_graph)
 
 
 def make_logger(config: TrainConfig, save_dir: Path):
@@ -150,8 +178,7 @@ def make_trainer(config: TrainConfig, callbacks: list) -> L.Trainer:
         devices=config.devices,
         strategy=config.strategy,
         precision=config.precision,
-        gradient_clip_val=config.grad_clip or None,
-        callbacks=callbacks,
+        callbacks=callbacks,  # gradient clipping: the module's grad_clip (configure_gradient_clipping)
         logger=False,  # the caller sets it once every argument has been checked
         enable_progress_bar=config.progress_bar,
         enable_model_summary=False,
@@ -201,6 +228,7 @@ def train(config: TrainConfig, overwrite: bool = False) -> tuple[PonderLitModule
             f"accelerator={config.accelerator!r}, strategy={config.strategy!r} need a missing package ({error}); "
             "install it, or choose --accelerator auto/cpu/gpu."
         ) from error
+    module.use_cuda_graph(use_cuda_graph(config, trainer, module))
     if run_dir.exists():  # an unfinished run (no model.pt) or one to overwrite
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -236,7 +264,9 @@ def train(config: TrainConfig, overwrite: bool = False) -> tuple[PonderLitModule
         "train_samples_per_s": round(n_train / statistics.median(epoch_times), 1)
         if n_train and epoch_times
         else None,
-        "compiled": bool(config.compile and module.model.unrolls_all_steps),
+        "compiled": module.compiled,
+        "cuda_graph": module.cuda_graph,
+        "engine": ENGINE_VERSION,
         "hardware": hardware(trainer),
         "versions": library_versions(),
         "quick": bool(config.quick or config.train_subset),

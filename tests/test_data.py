@@ -7,8 +7,6 @@ Deliberate breaks these tests catch (each was tried):
 - uniform angles drawn in [0, θ] instead of ±θ: test_uniform_angles_cover_both_directions.
 """
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
@@ -84,20 +82,59 @@ def test_training_batches_are_rotated_validation_and_test_are_not_redrawn(monkey
     monkeypatch.setattr(mnist, "load_mnist", fake_mnist)
     dm = MNISTDataModule(train_rotation=22.5, batch_size=64)
     dm.setup("fit")
-    images, labels = next(iter(dm.train_dataloader()))
-    dm.trainer = SimpleNamespace(training=True)
-    torch.manual_seed(0)
-    rotated, same_labels = dm.on_after_batch_transfer((images, labels), 0)
+    images, labels, angles = next(iter(dm.train_dataloader()))  # the angles travel with the batch
+    assert angles.shape == (64,) and angles.abs().max() <= 22.5 and angles.std() > 5
+    rotated, same_labels = dm.on_after_batch_transfer((images, labels, angles), 0)
     assert torch.equal(same_labels, labels)
     changed = (rotated - images).abs().flatten(1).amax(1) > 0.1
     assert changed.float().mean() > 0.9  # every digit turned (a handful may draw an angle near 0)
-    torch.manual_seed(0)
-    assert torch.equal(dm.on_after_batch_transfer((images, labels), 0)[0], rotated)  # seeded
-    dm.trainer = SimpleNamespace(training=False)  # validation, test: rotated once in setup, not here
+    torch.testing.assert_close(rotated, mnist.rotate(images, angles))
+    # validation and test batches (no angles): rotated once in setup, not here
     assert torch.equal(dm.on_after_batch_transfer((images, labels), 0)[0], images)
-    plain = MNISTDataModule(train_rotation=0.0)
-    plain.trainer = SimpleNamespace(training=True)
-    assert torch.equal(plain.on_after_batch_transfer((images, labels), 0)[0], images)
+    plain = MNISTDataModule(train_rotation=0.0, batch_size=64)
+    plain.setup("fit")
+    assert len(next(iter(plain.train_dataloader()))) == 2
+
+
+def first_batches(dm, n=3):
+    loader = iter(dm.train_dataloader())
+    return [next(loader) for _ in range(n)]
+
+
+@pytest.mark.parametrize("task", ["mnist", "parity"])
+def test_training_data_has_its_own_generator(monkeypatch, task):
+    """The training data depends on the run's seed only: draws from the global generator (weights,
+    dropout, anything a change to the model or the logging adds) never change it."""
+    monkeypatch.setattr(mnist, "load_mnist", fake_mnist)
+
+    def make(seed):
+        if task == "mnist":
+            dm = MNISTDataModule(train_rotation=22.5, batch_size=32, seed=seed)
+        else:
+            dm = ParityDataModule(n_elements=8, batch_size=32, train_subset=320, seed=seed)
+        dm.setup("fit")
+        return dm
+
+    torch.manual_seed(0)
+    first = first_batches(make(0))
+    torch.manual_seed(123)
+    torch.rand(1000)  # what an extra draw in the model or the logging would do
+    again = first_batches(make(0))
+    other = first_batches(make(1))
+    for a, b, c in zip(first, again, other):
+        for ta, tb in zip(a, b):
+            assert torch.equal(ta, tb)
+        assert not all(torch.equal(ta, tc) for ta, tc in zip(a, c))  # another seed, other data
+
+
+def test_training_batches_have_fixed_shapes(monkeypatch):
+    """The last, partial batch of an epoch is dropped in training (a captured step needs fixed
+    shapes), kept in validation."""
+    monkeypatch.setattr(mnist, "load_mnist", fake_mnist)
+    dm = MNISTDataModule(batch_size=64, train_subset=200)
+    dm.setup("fit")
+    assert [len(b[1]) for b in dm.train_dataloader()] == [64, 64, 64]
+    assert sum(len(b[1]) for b in dm.val_dataloader()) == len(dm.val_labels)
 
 
 def test_validation_set_is_rotated(monkeypatch):

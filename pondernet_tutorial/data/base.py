@@ -1,7 +1,15 @@
-"""What the data modules share: batches served from tensors, and named evaluation sets."""
+"""What the data modules share: batches served from tensors, named evaluation sets, and the random
+streams of the training data.
+
+The training data of a run (its order, MNIST's rotations, parity's vectors) draws from generators of
+its own, seeded from the run's seed and a stream name (:func:`data_generator`), never from PyTorch's
+global generator: the weights, dropout and anything a change to the model or to what is logged draws
+can then never change the data a run trains on.
+"""
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 
 import torch
@@ -49,11 +57,36 @@ class TensorBatches(Dataset):
         return inputs, self.labels[index]
 
 
-def batch_loader(inputs: Tensor, labels: Tensor, batch_size: int, shuffle: bool) -> DataLoader:
-    """A DataLoader that serves ``(inputs, labels)`` batches straight from tensors."""
-    dataset = TensorBatches(inputs, labels)
-    sampler = RandomSampler(dataset) if shuffle else SequentialSampler(dataset)
-    return DataLoader(dataset, batch_size=None, sampler=BatchSampler(sampler, batch_size, False))
+def data_generator(seed: int, stream: str) -> torch.Generator:
+    """A CPU generator for one random stream of a run's data (``"order"``, ``"rotations"``, …), seeded
+    from the run's seed and the stream's name: independent of the global generator and of each other."""
+    return torch.Generator().manual_seed(int(seed) * 1_000_003 + zlib.crc32(stream.encode()))
+
+
+def pin() -> bool:
+    """Pin the loaders' batches where there is a CUDA device, so that they travel without a wait."""
+    return torch.cuda.is_available()
+
+
+def batch_loader(
+    inputs: Tensor,
+    labels: Tensor,
+    batch_size: int,
+    shuffle: bool,
+    generator: torch.Generator | None = None,
+    dataset: Dataset | None = None,
+) -> DataLoader:
+    """A DataLoader that serves ``(inputs, labels)`` batches straight from tensors.
+
+    Args:
+        shuffle: training: a new order every epoch, drawn from ``generator``, and only full batches
+            (the last, partial one is dropped, so that every training step has the same shapes).
+        dataset: serve batches of this dataset instead (a :class:`TensorBatches` subclass).
+    """
+    dataset = dataset if dataset is not None else TensorBatches(inputs, labels)
+    sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
+    batches = BatchSampler(sampler, batch_size, drop_last=shuffle and len(dataset) >= batch_size)
+    return DataLoader(dataset, batch_size=None, sampler=batches, pin_memory=pin())
 
 
 def check_batch_size(batch_size: int) -> int:

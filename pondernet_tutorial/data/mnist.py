@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from .base import EvalSet, batch_loader, check_batch_size
+from .base import EvalSet, TensorBatches, batch_loader, check_batch_size, data_generator
 
 DATA_DIR_VARIABLE = "PONDERNET_DATA_DIR"
 DEFAULT_DATA_DIR = Path.home() / ".cache" / "pondernet_tutorial"
@@ -219,6 +219,7 @@ class MNISTDataModule(L.LightningDataModule):
             angle (positive: counter-clockwise); or the name of a sweep in :data:`SWEEPS`. Default:
             the unrotated test set.
         train_subset, test_subset: use only the first so many training / test images (quick runs).
+        seed: the run's seed, which seeds the generators of the training order and rotations.
     """
 
     def __init__(
@@ -229,8 +230,10 @@ class MNISTDataModule(L.LightningDataModule):
         test_rotations: list | None = None,
         train_subset: int | None = None,
         test_subset: int | None = None,
+        seed: int = 0,
     ):
         super().__init__()
+        self.seed = int(seed)
         self.batch_size = check_batch_size(batch_size)
         if not train_rotation >= 0:
             raise ValueError(
@@ -281,7 +284,13 @@ class MNISTDataModule(L.LightningDataModule):
             self.test_sets = [rotated_test_set(images, spec) for spec in self.test_specs]
 
     def train_dataloader(self) -> DataLoader:
-        return batch_loader(self.train_images, self.train_labels, self.batch_size, shuffle=True)
+        order = data_generator(self.seed, "order")
+        if not self.train_rotation:
+            return batch_loader(self.train_images, self.train_labels, self.batch_size, True, order)
+        dataset = RotatedBatches(
+            self.train_images, self.train_labels, self.train_rotation, data_generator(self.seed, "rotations")
+        )
+        return batch_loader(self.train_images, self.train_labels, self.batch_size, True, order, dataset)
 
     def val_dataloader(self) -> DataLoader:
         return batch_loader(self.val_images, self.val_labels, self.batch_size, shuffle=False)
@@ -301,9 +310,25 @@ class MNISTDataModule(L.LightningDataModule):
         ]
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
-        """Rotate training batches by fresh uniform angles in ±``train_rotation``, on the device."""
-        images, labels = batch
-        if self.train_rotation and self.trainer is not None and self.trainer.training:
-            angles = uniform_angles(images.shape[0], self.train_rotation).to(images.device)
-            images = rotate(images, angles)
-        return images, labels
+        """Rotate training batches by their angles (drawn with the batch, see :class:`RotatedBatches`),
+        on the device."""
+        if len(batch) == 3:
+            images, labels, angles = batch
+            return rotate(images, angles), labels
+        return batch
+
+
+class RotatedBatches(TensorBatches):
+    """Training batches with fresh uniform angles in ±``max_deg``: ``(images, labels, angles)``.
+
+    The angles are drawn on the CPU from ``generator`` and travel with the batch; the data module
+    rotates the images on the device (:meth:`MNISTDataModule.on_after_batch_transfer`).
+    """
+
+    def __init__(self, images: Tensor, labels: Tensor, max_deg: float, generator: torch.Generator):
+        super().__init__(images, labels)
+        self.max_deg, self.generator = max_deg, generator
+
+    def __getitem__(self, indices):
+        images, labels = super().__getitem__(indices)
+        return images, labels, uniform_angles(len(labels), self.max_deg, self.generator)

@@ -5,8 +5,8 @@ the rest 0, with ``k`` drawn uniformly from a range; the target is the parity of
 entries (1 for odd). The paper uses 64 elements, and 96 for extrapolation, where training sees
 1 to 48 non-zero entries and the test 49 to 96.
 
-Training batches are drawn afresh from the global random generator (seeded by the run), so no batch
-repeats; the validation set (from the training range of ``k``) and the test set (a fixed number of
+Training batches are drawn afresh from a generator of the run's own (seeded by the run's seed, see
+:func:`~pondernet_tutorial.data.base.data_generator`), so no batch repeats; the validation set (from the training range of ``k``) and the test set (a fixed number of
 samples for every ``k`` of the test range) are fixed, with seeds of their own that do not depend on
 the run's seed.
 """
@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from .base import EvalSet, batch_loader, check_batch_size
+from .base import EvalSet, batch_loader, check_batch_size, data_generator, pin
 
 VAL_SEED, TEST_SEED = 2_000, 3_000
 
@@ -55,17 +55,26 @@ def check_k_range(k_range, n_elements: int, name: str) -> tuple[int, int]:
 
 
 class ParityBatches(Dataset):
-    """``batches_per_epoch`` fresh batches per epoch, drawn when asked for (no two alike)."""
+    """``batches_per_epoch`` fresh batches per epoch, drawn from ``generator`` when asked for (no two
+    alike)."""
 
-    def __init__(self, n_elements: int, k_range: tuple[int, int], batch_size: int, batches_per_epoch: int):
+    def __init__(
+        self,
+        n_elements: int,
+        k_range: tuple[int, int],
+        batch_size: int,
+        batches_per_epoch: int,
+        generator: torch.Generator | None = None,
+    ):
         self.n_elements, self.k_range = n_elements, k_range
         self.batch_size, self.batches_per_epoch = batch_size, batches_per_epoch
+        self.generator = generator
 
     def __len__(self) -> int:
         return self.batches_per_epoch
 
     def __getitem__(self, index: int):
-        x, y, _ = parity_batch(self.batch_size, self.n_elements, self.k_range)
+        x, y, _ = parity_batch(self.batch_size, self.n_elements, self.k_range, self.generator)
         return x, y
 
 
@@ -82,6 +91,7 @@ class ParityDataModule(L.LightningDataModule):
         val_size: validation samples.
         test_per_k: test samples for every ``k`` of the test range.
         test_subset: use only the first so many test samples of every ``k`` (quick runs).
+        seed: the run's seed, which seeds the training batches' generator.
     """
 
     def __init__(
@@ -95,6 +105,7 @@ class ParityDataModule(L.LightningDataModule):
         test_per_k: int = 1000,
         test_subset: int | None = None,
         data_dir: str | None = None,  # accepted for a uniform interface; nothing is read from disk
+        seed: int = 0,
     ):
         super().__init__()
         if isinstance(n_elements, bool) or int(n_elements) != n_elements or n_elements < 1:
@@ -108,6 +119,7 @@ class ParityDataModule(L.LightningDataModule):
         if train_subset:  # quick runs: a validation set in proportion
             val_size = min(val_size, max(train_subset // 2, self.batch_size))
         self.val_size, self.test_per_k, self.test_subset = val_size, test_per_k, test_subset
+        self.seed = int(seed)
         self.save_hyperparameters(ignore=["data_dir"])
 
     @property
@@ -136,8 +148,11 @@ class ParityDataModule(L.LightningDataModule):
             self.test_inputs, self.test_labels, self.test_k_values = (torch.cat(t) for t in zip(*parts))
 
     def train_dataloader(self) -> DataLoader:
-        dataset = ParityBatches(self.n_elements, self.train_k, self.batch_size, self.batches_per_epoch)
-        return DataLoader(dataset, batch_size=None, shuffle=False)
+        generator = data_generator(self.seed, "parity")
+        dataset = ParityBatches(
+            self.n_elements, self.train_k, self.batch_size, self.batches_per_epoch, generator
+        )
+        return DataLoader(dataset, batch_size=None, shuffle=False, pin_memory=pin())
 
     def val_dataloader(self) -> DataLoader:
         return batch_loader(self.val_inputs, self.val_labels, self.batch_size, shuffle=False)

@@ -12,8 +12,12 @@ deterministically, at the first step where the halting units add up to almost on
 ACT averages the steps' outputs instead of sampling one of them, so the loss is differentiable in
 the halting units that make up ``p``. ``N`` is an integer, a constant for the gradient: the ponder
 cost reaches the halting units only through ``R``, whose gradient with respect to each ``h_n``,
-``n < N``, is −1 (so ``∂(τρ)/∂h_n = −τ``), and the halting unit of step ``N`` gets none. Computation
-stops at ``N(x)`` per sample, in training as at inference.
+``n < N``, is −1 (so ``∂(τρ)/∂h_n = −τ``), and the halting unit of step ``N`` gets none.
+
+At inference (:meth:`ACT.forward`) computation stops at ``N(x)`` per sample. Training
+(:meth:`ACT.fit_forward`) unrolls all ``M`` steps and masks everything after ``N(x)``: the steps after
+``N`` get ``p_n = 0``, so the loss and its gradients are those of the early exit, while the shapes stay
+fixed and the host never waits for the device to learn ``N``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import torch
 from torch import Tensor
 
 from ..losses import per_sample_loss
-from .base import HaltingRule, PonderingMethod, PonderOutput, unroll
+from .base import HaltingRule, PonderingMethod, PonderOutput, halting_steps, unroll
 
 
 def check_epsilon(epsilon: float) -> float:
@@ -54,6 +58,10 @@ class ACTHalting(HaltingRule):
     def halts(self, n, z, active):
         self.cumulative[active] += torch.sigmoid(z.float())  # + h_n
         return self.cumulative[active] >= 1.0 - self.epsilon
+
+    def decisions(self, halting_logits):
+        cumulative = torch.cumsum(torch.sigmoid(halting_logits[:-1].float()), 0)  # Σ_{j≤n} h_j
+        return cumulative >= 1.0 - self.epsilon
 
 
 def act_weights(halting_logits: Tensor, halt_step: Tensor) -> tuple[Tensor, Tensor]:
@@ -105,10 +113,21 @@ class ACT(PonderingMethod):
         self.epsilon = check_epsilon(epsilon)
 
     def forward(self, x) -> PonderOutput:
-        """Run ACT on a batch: each sample stops at its own ``N(x)``, in training and at inference."""
+        """Inference: each sample stops at its own ``N(x)``; halted samples leave the computation."""
+        x = self.inference_input(x)
         logits, halting_logits, halt_step = unroll(
             self.step_function, x, self.max_steps, ACTHalting(self.epsilon)
         )
+        return self._output(logits, halting_logits, halt_step)
+
+    def fit_forward(self, x) -> PonderOutput:
+        """Training: all ``M`` steps for every sample, ``N(x)`` found with tensor operations and every
+        step after it masked (``p_n = 0``); the same loss and gradients as :meth:`forward`."""
+        logits, halting_logits, _ = unroll(self.step_function, x, self.max_steps)
+        halt_step = halting_steps(ACTHalting(self.epsilon), halting_logits)  # N(x), (B,)
+        return self._output(logits, halting_logits, halt_step)
+
+    def _output(self, logits: Tensor, halting_logits: Tensor, halt_step: Tensor) -> PonderOutput:
         p, remainder = act_weights(halting_logits, halt_step)
         prediction = (p[..., None].to(logits.dtype) * logits).sum(0)  # ŷ = Σ_n p_n ŷ_n
         return PonderOutput(
@@ -120,9 +139,6 @@ class ACT(PonderingMethod):
             prediction=prediction,
             ponder_cost=halt_step.to(remainder.dtype) + remainder,  # ρ = N + R
         )
-
-    def fit_forward(self, x) -> PonderOutput:
-        return self.forward(x)
 
     def loss(self, out: PonderOutput, targets: Tensor) -> dict[str, Tensor]:
         task = per_sample_loss(self.loss_fn, out.prediction.float(), targets).mean()  # ℒ(y, Σ p_n ŷ_n)

@@ -4,15 +4,19 @@ A *halting method* turns a :class:`~pondernet_tutorial.steps.base.StepFunction` 
 decides, per sample, how many steps to take, and says how that decision is trained. All methods run
 the step function through one loop, :func:`unroll`:
 
-* without a halting rule it runs all ``N`` steps for every sample (PonderNet in training, the
-  fixed-step baselines);
+* without a halting rule it runs all ``N`` steps for every sample: what every method does in training
+  (PonderNet needs every step's prediction; ACT and the fixed-step baseline mask the steps after each
+  sample's halt), so a training step has fixed shapes and never waits for the device;
 * with a :class:`HaltingRule` it asks the rule after each step which of the samples still running halt
   now. A halted sample is dropped from the computation (its rows leave the context and the state), and
   the loop ends as soon as every sample has halted, so the cost follows each sample's own number of
-  steps. PonderNet's coin flips and threshold and ACT's cumulative halting are such rules.
+  steps. This is inference; PonderNet's coin flips and threshold and ACT's cumulative halting are such
+  rules.
 
-:func:`halting_steps` applies a rule to the halting logits of a full unroll. It runs the very same
-book-keeping as the early-exit loop, so a seeded rule gives the same halting steps either way.
+A rule also decides for all steps at once (:meth:`HaltingRule.decisions`), from the halting logits of a
+full unroll, with tensor operations only: :func:`halting_steps` turns those decisions into halting steps
+that equal the early-exit loop's with the same coins, without a Python loop over steps or a boolean
+index (no shape that depends on the data, nothing that makes the host wait for the device).
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ from ..steps.base import StepFunction, select_rows, state_batch_size
 
 
 class HaltingRule:
-    """Decides after each step which of the samples still running halt now.
+    """Decides which samples halt after each step, in two forms that take the same decisions.
 
-    A rule may keep per-sample state over the whole batch (the coins, a running sum); ``active`` gives
-    the batch indices of the samples still running, in the order of the rows of ``z``.
+    * Step by step, for the early-exit :func:`unroll`: :meth:`start` once, then :meth:`halts` after
+      each step for the samples still running. A rule may keep per-sample state over the whole batch
+      (the coins, a running sum); ``active`` gives the batch indices of the samples still running.
+    * At once, for a full unroll: :meth:`decisions` from all the halting logits.
     """
 
     def start(self, batch: int, max_steps: int, device: torch.device) -> None:
@@ -47,10 +53,41 @@ class HaltingRule:
         """
         raise NotImplementedError
 
+    def decisions(self, halting_logits: Tensor) -> Tensor:
+        """``(N−1, B)`` booleans: would sample ``b``, still running after step ``n``, halt there?
+
+        Args:
+            halting_logits: ``(N, B)`` halting logits of all N steps (detached).
+
+        Row ``n − 1`` may depend on the logits of steps 1..n only, as in the step-by-step form.
+        """
+        raise NotImplementedError
+
+
+def first_halt(decisions: Tensor) -> Tensor:
+    """``(B,)`` long: the first step ``n`` whose decision is True, ``N`` if none is (``decisions``:
+    ``(N−1, B)``). Tensor operations only: no loop, no boolean index."""
+    halts = torch.cat([decisions, decisions.new_ones((1, decisions.shape[1]))])  # everyone halts at N
+    return halts.to(torch.uint8).argmax(0) + 1  # argmax returns the first of equal maxima
+
+
+def halting_steps(rule: HaltingRule, halting_logits: Tensor) -> Tensor:
+    """Apply a halting rule to the logits of a full unroll, all steps at once.
+
+    Args:
+        halting_logits: ``(N, B)`` halting logits of all N steps.
+
+    Returns:
+        ``(B,)`` long tensor of halting steps in 1..N: what :func:`unroll` with the same rule (and the
+        same seed) returns.
+    """
+    n_steps, batch = halting_logits.shape
+    rule.start(batch, n_steps, halting_logits.device)
+    return first_halt(rule.decisions(halting_logits.detach()))
+
 
 class _HaltTracker:
-    """Which samples are still running and when each halted; shared by :func:`unroll` and
-    :func:`halting_steps` so that both take exactly the same decisions."""
+    """Which samples are still running in the early-exit :func:`unroll`, and when each halted."""
 
     def __init__(self, rule: HaltingRule, batch: int, max_steps: int, device: torch.device):
         rule.start(batch, max_steps, device)
@@ -66,25 +103,6 @@ class _HaltTracker:
         keep = ~halts
         self.active = self.active[keep]
         return keep
-
-
-def halting_steps(rule: HaltingRule, halting_logits: Tensor) -> Tensor:
-    """Apply a halting rule to the logits of a full unroll, step by step.
-
-    Args:
-        halting_logits: ``(N, B)`` halting logits of all N steps.
-
-    Returns:
-        ``(B,)`` long tensor of halting steps in 1..N: what :func:`unroll` with the same rule (and the
-        same seed) returns.
-    """
-    n_steps, batch = halting_logits.shape
-    tracker = _HaltTracker(rule, batch, n_steps, halting_logits.device)
-    for n in range(1, n_steps):  # no decision after the last step: everyone left halts there
-        tracker.after_step(n, halting_logits[n - 1, tracker.active])
-        if tracker.active.numel() == 0:
-            break
-    return tracker.halt_step
 
 
 def _first_tensor(state) -> Tensor:
@@ -178,6 +196,26 @@ class PonderOutput:
         steps = torch.arange(1, self.p.shape[0] + 1, device=self.p.device, dtype=self.p.dtype)
         return (self.p * steps[:, None]).sum(0)
 
+    def expected_correct(self, targets: Tensor) -> Tensor:
+        """``(B,)`` the probability that the answer is right, without drawing a halting step.
+
+        Where the answer is one step's prediction, chosen by the halting step ``n ~ p``, it is
+        ``Σ_n p_n · 1[argmax ŷ_n = y]``: the expectation of the sampled answer's correctness. Where the
+        method combines the steps (ACT's mean-field output) or always answers at step ``k``, it is the
+        answer's correctness.
+        """
+        if self.prediction is not None:
+            return (self.prediction.argmax(-1) == targets).to(torch.float32)
+        if self.p is None:
+            raise ValueError("the expected accuracy needs the halting distribution: use a full unroll.")
+        hits = (self.logits.argmax(-1) == targets[None]).to(self.p.dtype)  # 1[argmax ŷ_n = y], (S, B)
+        return (self.p * hits).sum(0)  # Σ_n p_n 1[ŷ_n = y]
+
+    def mean_halt_step(self) -> Tensor:
+        """``(B,)`` the halting step where one was taken (sampled, ``N(x)``, ``k``), else its
+        expectation ``Σ_n n p_n``: what training logs without flipping a coin."""
+        return self.halt_step.float() if self.halt_step is not None else self.expected_steps
+
     @property
     def prediction_logits(self) -> Tensor:
         """``(B, C)`` the answer: ``prediction`` if the method combines steps, else ``ŷ`` at ``halt_step``."""
@@ -204,8 +242,9 @@ def init_halting_bias(step_function: StepFunction, bias: float) -> None:
 class PonderingMethod(nn.Module):
     """Base class of a halting method: a step function, how to unroll it, and how to train halting.
 
-    Subclasses implement :meth:`forward` (inference), :meth:`fit_forward` (what training and
-    validation unroll) and :meth:`loss`.
+    Subclasses implement :meth:`forward` (inference, the interface for users: early exit where the
+    method halts early), :meth:`fit_forward` (what training, validation and the evaluation unroll:
+    every step for every sample, fixed shapes, no wait for the device) and :meth:`loss`.
 
     Args:
         step_function: the network applied at every step.
@@ -215,7 +254,8 @@ class PonderingMethod(nn.Module):
     """
 
     loss_terms: tuple[str, ...] = ()  # the named terms of :meth:`loss` besides "loss"
-    unrolls_all_steps: bool = False  # fit_forward runs every step for every sample (no early exit)
+    step_answers: bool = False  # each step's prediction ŷ_n is a possible answer (the per-step tables)
+    capturable: bool = True  # fit_forward and loss have fixed shapes and never wait for the device
 
     def __init__(self, step_function: StepFunction, max_steps: int, loss_fn=None, halting_bias=None):
         super().__init__()
@@ -231,8 +271,28 @@ class PonderingMethod(nn.Module):
             init_halting_bias(step_function, halting_bias)
 
     def fit_forward(self, x) -> PonderOutput:
-        """The unroll that training and validation need (for PonderNet: all N steps)."""
+        """The full unroll that training, validation and the evaluation run: all ``max_steps`` steps
+        for every sample, with each method's halting applied by masking, not by leaving the loop."""
         raise NotImplementedError
+
+    def inference_input(self, x):
+        """Check and convert an input given to :meth:`forward`: every floating tensor must be finite,
+        and is cast to the parameters' dtype (float64 and half inputs are accepted)."""
+        dtype = next(self.parameters()).dtype
+
+        def convert(t):
+            if not isinstance(t, Tensor) or not t.is_floating_point():
+                return t  # the step function says what it expects
+            if not bool(torch.isfinite(t).all()):
+                raise ValueError(
+                    f"the input holds NaN or infinite values ({int((~torch.isfinite(t)).sum())} of "
+                    f"{t.numel()}): pass finite numbers."
+                )
+            return t.to(dtype)
+
+        if isinstance(x, (tuple, list)) and all(isinstance(t, Tensor) for t in x):
+            return type(x)(convert(t) for t in x)
+        return convert(x)
 
     def predict(self, x, generator: torch.Generator | None = None) -> PonderOutput:
         """Inference as the method defines it, with early exit where the method halts early."""

@@ -8,7 +8,6 @@ returns them) but never used.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..losses import per_sample_loss
@@ -25,20 +24,21 @@ class FixedSteps(PonderingMethod):
     """
 
     loss_terms = ("task",)
-    unrolls_all_steps = True
+    step_answers = True
 
     def __init__(self, step_function, max_steps: int = 1, loss_fn=None):
         super().__init__(step_function, max_steps, loss_fn)
 
     def forward(self, x) -> PonderOutput:
+        return self.fit_forward(self.inference_input(x))
+
+    def fit_forward(self, x) -> PonderOutput:
         logits, halting_logits, _ = unroll(self.step_function, x, self.max_steps)
         k, batch = halting_logits.shape
         halt_step = halting_logits.new_full((batch,), k, dtype=torch.long)
-        p = F.one_hot(halt_step - 1, k).T.to(logits.dtype)  # all weight on step k
+        p = torch.zeros_like(halting_logits, dtype=logits.dtype)
+        p[-1] = 1.0  # all weight on step k
         return PonderOutput(logits, halting_logits, halt_step, steps_run=k, p=p, prediction=logits[-1])
-
-    def fit_forward(self, x) -> PonderOutput:
-        return self.forward(x)
 
     def loss(self, out: PonderOutput, targets: Tensor) -> dict[str, Tensor]:
         task = per_sample_loss(self.loss_fn, out.prediction.float(), targets).mean()  # ℒ(y, ŷ_k)

@@ -21,6 +21,13 @@ from ..losses import PonderLoss
 from .base import HaltingRule, PonderingMethod, PonderOutput, halting_steps, unroll
 
 
+def coins_on(uniforms: Tensor, device: torch.device) -> Tensor:
+    """Move CPU coins to the model's device without making the host wait (pinned, non-blocking)."""
+    if device.type == "cuda":
+        return uniforms.pin_memory().to(device, non_blocking=True)
+    return uniforms.to(device)
+
+
 class BernoulliHalting(HaltingRule):
     """PonderNet at inference: after step ``n`` a sample halts with probability ``λ_n``.
 
@@ -33,10 +40,14 @@ class BernoulliHalting(HaltingRule):
         self.generator = generator
 
     def start(self, batch, max_steps, device):
-        self.uniforms = halting_uniforms(batch, max_steps, self.generator).to(device)  # (B, N)
+        self.uniforms = coins_on(halting_uniforms(batch, max_steps, self.generator), device)  # (B, N)
 
     def halts(self, n, z, active):
         return self.uniforms[active, n - 1] < torch.sigmoid(z.float())  # halt ~ Bernoulli(λ_n)
+
+    def decisions(self, halting_logits):
+        lam = torch.sigmoid(halting_logits[:-1].float())  # λ_n, (N−1, B)
+        return self.uniforms.T[:-1] < lam  # u_{b,n} < λ_n: the coin of step n says halt
 
 
 class ThresholdHalting(HaltingRule):
@@ -53,6 +64,10 @@ class ThresholdHalting(HaltingRule):
     def halts(self, n, z, active):
         self.log_survival[active] += F.logsigmoid(-z.float())
         return -torch.expm1(self.log_survival[active]) >= self.threshold - 1e-6
+
+    def decisions(self, halting_logits):
+        log_survival = torch.cumsum(F.logsigmoid(-halting_logits[:-1].float()), 0)  # Σ_{j≤n} log(1 − λ_j)
+        return -torch.expm1(log_survival) >= self.threshold - 1e-6  # Σ_{j≤n} p_j ≥ threshold
 
 
 def sample_halting_step(lambda_logits: Tensor, generator: torch.Generator | None = None) -> Tensor:
@@ -75,7 +90,7 @@ class PonderNet(PonderingMethod):
     """
 
     loss_terms = ("reconstruction", "regularization")
-    unrolls_all_steps = True
+    step_answers = True
 
     def __init__(
         self,
@@ -113,10 +128,11 @@ class PonderNet(PonderingMethod):
         generator: torch.Generator | None = None,
         sample: bool = False,
     ) -> PonderOutput:
-        """Run PonderNet on a batch.
+        """Run PonderNet on a batch (the interface for users; training runs :meth:`fit_forward`).
 
         Args:
-            x: the batch, in the form the step function expects (``(B, 1, 28, 28)`` for MNIST).
+            x: the batch, in the form the step function expects (``(B, 1, 28, 28)`` for MNIST); finite
+                floats (float64 and half are cast to the model's dtype).
             halting: ``"full"``, ``"sample"``, ``"threshold"`` or a :class:`HaltingRule`; default
                 ``"full"`` in training mode and ``"sample"`` in eval mode.
             generator: CPU generator for the halting coins (reproducible sampling).
@@ -126,17 +142,20 @@ class PonderNet(PonderingMethod):
         if halting is None:
             halting = "full" if self.training else "sample"
         rule = self.halting_rule(halting, generator)
-        logits, lambda_logits, halt_step = unroll(self.step_function, x, self.max_steps, rule)
-        out = PonderOutput(logits, lambda_logits, halt_step, steps_run=len(logits))
+        x = self.inference_input(x)
         if rule is None:
-            out.log_p = log_halting_distribution(lambda_logits.float())  # log p_n, (N, B)
-            out.p = out.log_p.exp()
+            out = self.fit_forward(x)
             if sample:
-                out.halt_step = sample_halting_step(lambda_logits, generator)
-        return out
+                out.halt_step = sample_halting_step(out.halting_logits, generator)
+            return out
+        logits, lambda_logits, halt_step = unroll(self.step_function, x, self.max_steps, rule)
+        return PonderOutput(logits, lambda_logits, halt_step, steps_run=len(logits))
 
     def fit_forward(self, x) -> PonderOutput:
-        return self.forward(x, halting="full")
+        """All N steps for every sample, with ``log p_n`` (what the losses need); no coin is flipped."""
+        logits, lambda_logits, _ = unroll(self.step_function, x, self.max_steps)
+        log_p = log_halting_distribution(lambda_logits.float())  # log p_n, (N, B)
+        return PonderOutput(logits, lambda_logits, steps_run=len(logits), log_p=log_p)
 
     def predict(self, x, generator=None) -> PonderOutput:
         return self.forward(x, halting="sample", generator=generator)  # coin flips, early exit
