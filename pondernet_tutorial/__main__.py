@@ -231,7 +231,7 @@ def _user_errors():
     from .checkpoints import CheckpointError
     from .config import ConfigMismatchError
     from .data.mnist import MNISTDamagedError, MNISTNotFoundError
-    from .training import MissingPackageError
+    from .training import MissingPackageError, TrainingDivergedError
 
     try:  # Lightning's error for a bad --accelerator, --devices or --strategy
         from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -245,6 +245,7 @@ def _user_errors():
         FileExistsError,
         MissingPackageError,
         MisconfigurationException,
+        TrainingDivergedError,
     )
 
 

@@ -257,6 +257,46 @@ def test_more_cpu_devices_than_cores_start_no_process(nothing_runs, capsys):
         assert len(lines) == 1 and f"this machine has {cores} cores" in lines[0], lines
 
 
+@pytest.mark.parametrize("divergence", ["infinite loss", "nan weights"])
+def test_a_run_that_diverges_stops_with_an_error_and_no_model(divergence, tmp_path, monkeypatch, capsys):
+    """A non-finite training loss (or weights) ends the run at the end of the epoch with a one-line
+    error, and neither model.pt nor metadata.json is written. Breaks tried: the callback left out of
+    train(); its loss test removed (the infinite loss, with finite gradients, then trains on); its weights
+    test removed (NaN gradients under a finite first loss: the metric skips the later NaN losses, so the
+    epoch's mean loss stays finite while the weights are NaN)."""
+    import torch
+
+    from pondernet_tutorial.methods.fixed import FixedSteps
+
+    honest = FixedSteps.loss
+
+    def diverging(self, out, targets):
+        losses = honest(self, out, targets)
+        if divergence == "infinite loss":  # the loss is inf, its gradient is the task's
+            losses["loss"] = losses["loss"] + torch.tensor(float("inf"))
+        else:  # the loss stays finite, its gradient is NaN: d/dw √|w − w| = ∞ at 0, times 0
+            weight = next(self.parameters())
+            losses["loss"] = losses["loss"] + 0.0 * (weight - weight.detach()).abs().sqrt().sum()
+        return losses
+
+    monkeypatch.setattr(FixedSteps, "loss", diverging)
+    args = [
+        "train",
+        "--quick",
+        "--experiment",
+        "parity-interpolation",
+        "--method",
+        "fixed",
+        "--max-steps",
+        "2",
+    ]
+    args += ["--train-subset", "256", "--no-progress-bar", "--output-dir", str(tmp_path)]
+    assert main(args) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith("error: training diverged in epoch 1"), lines
+    assert not list(tmp_path.rglob("model.pt")) and not list(tmp_path.rglob("metadata.json"))
+
+
 def test_list_into_a_closed_pipe_ends_without_a_traceback():
     """``list | head -1``: the reader goes away before the listing is written."""
     process = subprocess.Popen(
