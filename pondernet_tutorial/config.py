@@ -51,6 +51,17 @@ def setting(kind: type, default, help: str, **declaration):
     return field(default=None, metadata={"option": option})
 
 
+def check_step(step: str, name: str = "step") -> str:
+    """A registered step function (:data:`~pondernet_tutorial.steps.STEPS`) or an import path
+    ``module:Class`` (imported only when the run is built)."""
+    module, _, qualname = step.partition(":")
+    if step not in STEPS and not (module and qualname):
+        raise ValueError(
+            f"{name} must be one of {', '.join(STEPS)} or an import path module:Class, got {step!r}."
+        )
+    return step
+
+
 def check_devices(devices, name: str = "devices"):
     """``auto``, a count >= 1, or a list of device indices such as ``0,1``; a count as an ``int`` and a
     list as a list of ints."""
@@ -167,7 +178,10 @@ class TrainConfig:
         int, 0, "random seed of the run (weights, batches, rotations, dropout)", check=at_least(0)
     )
     step: str | None = setting(
-        str, None, f"step function: {', '.join(STEPS)} [default: the experiment's]", choices=tuple(STEPS)
+        str,
+        None,
+        f"step function: {', '.join(STEPS)}, or the import path module:Class of one [default: the experiment's]",
+        check=check_step,
     )
     step_options: dict = setting(
         dict,
@@ -402,12 +416,13 @@ def default_value(name: str, experiment: str, method: str, quick: bool = False):
     return spec.defaults.get(name, option(name, method).default)
 
 
-# The global defaults (the reference MNIST experiment's); a method option's is that of the first method
-# that declares it (option(name, method).default for another's).
+# The global defaults (the reference MNIST experiment's). A method option is here only while every
+# method that declares it has the same default; option(name, method).default is each method's.
 DEFAULTS = {
     f.name: option(f.name).default
     for f in fields(TrainConfig)
     if f.name not in ("experiment", "method", "step", "step_options")
+    and len({repr(o[f.name].default) for o in METHOD_OPTIONS.values() if f.name in o}) <= 1
 }
 
 

@@ -65,7 +65,7 @@ def test_variant_names():
         ({"lr_patience": -1}, "lr_patience must be >= 0"),
         ({"stop_at_val_acc": 1.5}, r"stop_at_val_acc must lie in \[0, 1\]"),
         ({"epochs": True}, "epochs must be an integer"),
-        ({"step": "nope"}, "step must be one of"),
+        ({"step": "nope"}, "step must be one of mnist_mlp, .* or an import path module:Class"),
         # the step function's options, from its declaration in steps.STEP_OPTIONS, and the experiment's data
         ({"step_options": {"bogus": 1}}, "unknown step option 'bogus' for step function mnist_mlp"),
         ({"step_options": {"hidden_size": "abc"}}, "hidden_size must be an integer, got 'abc'"),
@@ -118,6 +118,13 @@ def test_checked_values_are_normalised():
         "hidden_size": 64,
     }
     assert TrainConfig(strategy="ddp", accelerator="cpu").strategy == "ddp"
+    path = (
+        "pondernet_tutorial.steps.parity:ParityStep"  # a step function by import path: its options unchecked
+    )
+    assert (
+        TrainConfig(experiment="parity-interpolation", step=path, step_options={"n_elements": 16}).step
+        == path
+    )
 
 
 def test_more_cpu_devices_than_cores_are_refused(monkeypatch):
@@ -187,7 +194,8 @@ from pondernet_tutorial.options import Option, at_least, between
 METHOD_OPTIONS["pondernet"]["eval_max_steps"] = Option(int, 40, "steps at evaluation", check=at_least(1))
 METHOD_OPTIONS["pondernet"]["epsilon"] = Option(float, 0.05, "truncation of the unroll", check=between(0, 1))
 from pondernet_tutorial.__main__ import build_parser
-from pondernet_tutorial.config import TrainConfig
+from pondernet_tutorial.config import DEFAULTS, TrainConfig
+assert "eval_max_steps" in DEFAULTS and "epsilon" not in DEFAULTS  # the methods' defaults of ε differ
 help = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
 assert "--eval-max-steps" in help and "steps at evaluation [default: 40]" in help, help
 assert "[default: pondernet: 0.05; act: 0.01]" in " ".join(help.split()), help
