@@ -19,6 +19,7 @@ looks it up in Lightning, and more CPU devices than cores under ``auto`` asks Py
 
 from __future__ import annotations
 
+import inspect
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
@@ -135,7 +136,7 @@ def _method_option_fields(after: str):
         own = [name for name in dict.fromkeys(names) if names.count(name) == 1]
         shared = [name for name in dict.fromkeys(names) if names.count(name) > 1]
         annotations = {}
-        for name, annotation in cls.__dict__["__annotations__"].items():
+        for name, annotation in inspect.get_annotations(cls).items():
             annotations[name] = annotation
             if name == after:
                 for option_name in own + shared:
