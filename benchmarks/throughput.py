@@ -12,15 +12,19 @@ from its design, every costly part included:
   ``KLDivLoss(reduction="batchmean")``), accuracy with torchmetrics, and ``self.log`` at every step;
 * loop: a Lightning ``Trainer`` with a logger (CSV here, W&B in the notebook) and gradient clipping.
 
-The notebook trains in 16-bit precision on a GPU; here both pipelines run in 32-bit on the CPU. This
-package runs through the same ``Trainer`` with its own data module and LightningModule, once eagerly and
-once with ``torch.compile`` (whose compilation falls in the warm-up batches and is reported apart).
+The notebook trains in 16-bit precision on a GPU; here both pipelines run in 32-bit. This package runs
+through the same ``Trainer`` with its own data module and LightningModule: on the CPU once eagerly and
+once with ``torch.compile`` (its default; the compilation falls in the warm-up batches and is reported
+apart); on CUDA (``--device cuda``) once eagerly and once with each training step replayed from one
+CUDA graph (its default there, :mod:`pondernet_tutorial.cuda_graph`).
 
     python benchmarks/throughput.py               # a few minutes on 2 CPU cores
     python benchmarks/throughput.py --batches 100 --threads 2 --json results.json
+    python benchmarks/throughput.py --device cuda --batches 500
 
-Prints images per second for training (reference, package, package compiled) and inference (the
-reference's forward pass, this package's full unroll and its early exit with a shipped model).
+Prints images per second for training (reference, package eager, package's default path) and
+inference (the reference's forward pass, this package's full unroll and its early exit with a shipped
+model).
 """
 
 from __future__ import annotations
@@ -155,7 +159,11 @@ class BatchClock(Callback):
         self.marks["end"] = time.perf_counter()
 
 
-def time_fit(module, train_loader=None, datamodule=None, warmup=5, timed=60, batch_size=128) -> dict:
+def time_fit(
+    module, train_loader=None, datamodule=None, warmup=5, timed=60, batch_size=128, device="cpu", clip=None
+) -> dict:
+    """Images per second of ``timed`` training batches after ``warmup`` ones (``clip``: the Trainer's
+    gradient clipping; the package's module clips by itself)."""
     clock = BatchClock(warmup)
     with tempfile.TemporaryDirectory() as logs:
         trainer = L.Trainer(
@@ -163,8 +171,9 @@ def time_fit(module, train_loader=None, datamodule=None, warmup=5, timed=60, bat
             limit_train_batches=warmup + timed,
             limit_val_batches=0,
             num_sanity_val_steps=0,
-            accelerator="cpu",
-            gradient_clip_val=0.5,
+            accelerator="gpu" if device == "cuda" else "cpu",
+            devices=1,
+            gradient_clip_val=clip,
             callbacks=[clock],
             logger=CSVLogger(logs),
             enable_checkpointing=False,
@@ -185,29 +194,39 @@ def main(argv=None) -> dict:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--eval-images", type=int, default=10_000)
     parser.add_argument("--json", default=None, help="also write the numbers to this file")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to train [cpu]")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    results = {"threads": torch.get_num_threads(), "batch_size": 128, "timed_batches": args.batches}
+    device = args.device
+    results = {
+        "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+        "threads": torch.get_num_threads(),
+        "batch_size": 128,
+        "timed_batches": args.batches,
+    }
+    timing = {"warmup": args.warmup, "timed": args.batches, "device": device}
 
     L.seed_everything(0, verbose=False)
-    reference = time_fit(ReferencePonder(), reference_loader(128), warmup=args.warmup, timed=args.batches)
+    reference = time_fit(ReferencePonder(), reference_loader(128), clip=0.5, **timing)
     results["train_reference_img_s"] = reference["img_s"]
-    for compile in (False, True):
+    # the package's paths: eager, and its default on the device (compiled on the CPU, a CUDA graph on CUDA)
+    paths = {"eager": {"compile": False, "cuda_graph": False}}
+    if device == "cuda":
+        paths["cuda_graph"] = {"compile": False, "cuda_graph": True}
+    else:
+        paths["compiled"] = {"compile": True, "cuda_graph": False}
+    for key, options in paths.items():
         L.seed_everything(0, verbose=False)
-        config = TrainConfig(experiment="mnist-interpolation", compile=compile)
-        ours = time_fit(
-            make_module(config), datamodule=make_datamodule(config), warmup=args.warmup, timed=args.batches
-        )
-        key = "compiled" if compile else "eager"
+        config = TrainConfig(experiment="mnist-interpolation", **options)
+        module = make_module(config)
+        module.use_cuda_graph(config.cuda_graph)
+        ours = time_fit(module, datamodule=make_datamodule(config), **timing)
         results[f"train_package_{key}_img_s"] = ours["img_s"]
         results[f"train_package_{key}_warmup_s"] = ours["warmup_s"]
-    results["train_speedup_eager"] = results["train_package_eager_img_s"] / results["train_reference_img_s"]
-    results["train_speedup_compiled"] = (
-        results["train_package_compiled_img_s"] / results["train_reference_img_s"]
-    )
+        results[f"train_speedup_{key}"] = ours["img_s"] / reference["img_s"]
 
-    results.update(inference(args.eval_images))
+    results.update(inference(args.eval_images, device))
     results = {k: round(v, 2) if isinstance(v, float) else v for k, v in results.items()}
     print(json.dumps(results, indent=2))
     if args.json:
@@ -217,26 +236,30 @@ def main(argv=None) -> dict:
 
 
 @torch.no_grad()
-def inference(n_images: int) -> dict:
+def inference(n_images: int, device: str = "cpu") -> dict:
     """Test-set throughput in batches of 1,000: the reference forward pass, and a trained package
     model with a full unroll and with early exit (the reference model is untrained: its cost does
     not depend on its weights beyond when it halts, and it halts no earlier than a trained one)."""
     from pondernet_tutorial.checkpoints import load_pretrained
 
-    images = load_mnist(train=False)[0][:n_images].float() / 255.0
+    images = (load_mnist(train=False)[0][:n_images].float() / 255.0).to(device)
     try:
         model = load_pretrained("mnist-interpolation").model
     except Exception:  # nothing shipped: an untrained model costs the same
         model = make_module(TrainConfig()).model
-    model.eval()
-    reference = ReferencePonder().eval()
+    model.to(device).eval()
+    reference = ReferencePonder().to(device).eval()
     generator = torch.Generator().manual_seed(0)
 
     def rate(fn) -> tuple[float, float]:
         fn(images[:1000])
+        if device == "cuda":
+            torch.cuda.synchronize()
         start, steps = time.perf_counter(), []
         for chunk in images.split(1000):
             steps.append(fn(chunk))
+        if device == "cuda":
+            torch.cuda.synchronize()
         return len(images) / (time.perf_counter() - start), sum(steps) / len(steps)
 
     out = {}

@@ -9,89 +9,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import fields
 
-from .config import DEFAULTS, LOGGERS, LR_SCHEDULES, TrainConfig
-from .methods import METHODS
-from .registry import EXPERIMENTS
+from .config import FIELD_OPTIONS, TrainConfig, default_value
+from .methods import METHOD_OPTIONS, METHODS
+from .options import Option, at_least
+from .registry import EXPERIMENTS, get_experiment
 from .steps import STEPS
 
-HELP = {
-    "experiment": "the experiment: " + "; ".join(f"{e.name} ({e.description})" for e in EXPERIMENTS.values()),
-    "method": "halting method: pondernet, act (Adaptive Computation Time) or fixed (always --max-steps steps)",
-    "seed": "random seed of the run (weights, batches, rotations, dropout)",
-    "step": f"step function: {', '.join(STEPS)} [default: the experiment's]",
-    "step_options": "an option of the step function as KEY=VALUE, e.g. hidden_size=32 (repeatable)",
-    "epochs": "most training epochs (parity: an epoch is 1,000 batches)",
-    "batch_size": "batch size",
-    "lr": "Adam learning rate",
-    "grad_clip": "gradient-norm clipping, 0 for none",
-    "max_steps": "N, the most steps (fixed: the number of steps)",
-    "lambda_p": "PonderNet: λ_p of the geometric prior, strictly between 0 and 1; its mean is 1/λ_p steps",
-    "beta": "PonderNet: β, weight of the KL regularisation, >= 0",
-    "kl_direction": "PonderNet: p_prior = the paper's KL(p || p_G); prior_p = KL(p_G || p) as in the "
-    "article's, labml's and mildlyoverfitted's code",
-    "renormalize_prior": "PonderNet: renormalise the truncated geometric prior to sum to 1",
-    "tau": "ACT: τ, weight of the ponder cost, >= 0",
-    "epsilon": "ACT: ε, a sample halts once its halting units sum to 1 − ε",
-    "halting_bias": "PonderNet and ACT: initial bias of the halting layer (none: PyTorch's initialisation)",
-    "lr_schedule": "plateau (ReduceLROnPlateau on val/acc) or constant",
-    "lr_patience": "ReduceLROnPlateau: epochs without improvement before the rate is lowered",
-    "lr_factor": "ReduceLROnPlateau: factor by which the rate is lowered",
-    "early_stopping_patience": "stop after this many epochs without a better val/acc, 0 for never",
-    "stop_at_val_acc": "stop once val/acc reaches this value, 0 for never",
-    "precision": "Lightning precision: 32-true, bf16-mixed, 16-mixed, ... [32-true]",
-    "train_subset": "training samples per epoch (MNIST: the first N images; quick runs only, never shipped)",
-    "quick": "the experiment's quick settings (CI only; never shipped)",
-    "compile": "torch.compile the unroll and loss of training and validation, for methods without early exit (off in quick mode)",
-    "cuda_graph": "replay each training step from one CUDA graph [default: on where possible: one CUDA "
-    "device, not 16-mixed]",
-    "accelerator": "Lightning accelerator: auto, cpu, gpu, mps [auto]",
-    "devices": "Lightning devices: auto, a count, or a list such as 0,1 [auto]",
-    "strategy": "Lightning strategy: auto, ddp, ddp_spawn, ... [auto]",
-    "data_dir": "folder holding MNIST/raw [$PONDERNET_DATA_DIR, else ~/.cache/pondernet_tutorial]",
-    "output_dir": "folder for runs: <output_dir>/<experiment>/<variant>/seed<k>/ [runs]",
-    "logger": "csv, tensorboard or wandb (offline) [csv]",
-    "progress_bar": "show Lightning's progress bar",
-}
-CHOICES = {
-    "experiment": list(EXPERIMENTS),
-    "method": list(METHODS),
-    "step": list(STEPS),
-    "kl_direction": ["p_prior", "prior_p"],
-    "lr_schedule": list(LR_SCHEDULES),
-    "logger": list(LOGGERS),
-}
-TYPES = {
-    "seed": int,
-    "epochs": int,
-    "batch_size": int,
-    "max_steps": int,
-    "lr_patience": int,
-    "early_stopping_patience": int,
-    "train_subset": int,
-    "lr": float,
-    "grad_clip": float,
-    "lambda_p": float,
-    "beta": float,
-    "tau": float,
-    "epsilon": float,
-    "halting_bias": float,
-    "lr_factor": float,
-    "stop_at_val_acc": float,
-}
-BOOLEANS = ("renormalize_prior", "quick", "compile", "cuda_graph", "progress_bar")
-REPRODUCE_OPTIONS = (
-    "accelerator",
-    "devices",
-    "strategy",
-    "precision",
-    "data_dir",
-    "compile",
-    "cuda_graph",
-    "logger",
-)
+# The options that reproduce shares with every run it trains (declared with reproduce=True).
+REPRODUCE_OPTIONS = tuple(name for name, option in FIELD_OPTIONS.items() if option.reproduce)
+LIMIT = Option(int, help="evaluate on the first N test samples only", check=at_least(1), optional=True)
 
 
 class UserError(Exception):
@@ -113,38 +43,62 @@ def _value(text: str):
     return {"true": True, "false": False, "none": None}.get(text.lower(), text)
 
 
-def _default_text(name: str) -> str:
-    """`` [default: X]``, or the default of each task where they differ (from the registry)."""
-    if name not in DEFAULTS:
+def declaration(name: str) -> tuple[Option, str]:
+    """A field's declaration and its help line: its own, or its methods' (``pondernet and act: ...``,
+    or each method's help where they differ)."""
+    if name in FIELD_OPTIONS:
+        return FIELD_OPTIONS[name], FIELD_OPTIONS[name].help
+    by_method = {method: options[name] for method, options in METHOD_OPTIONS.items() if name in options}
+    helps = {}
+    for method, option in by_method.items():
+        helps.setdefault(option.help, []).append(method)
+    kinds = {option.type for option in by_method.values()}
+    if len(kinds) > 1:  # one flag, one type
+        raise TypeError(
+            f"the methods declare {name} with different types: {', '.join(k.__name__ for k in kinds)}."
+        )
+    text = "; ".join(f"{' and '.join(methods)}: {help}" for help, methods in helps.items())
+    return next(iter(by_method.values())), text
+
+
+def _default_text(name: str, option: Option, help: str) -> str:
+    """`` [default: X]``, or the default of each task or method where they differ."""
+    if "[default:" in help or option.type is dict:
         return ""
-    by_task = {}
+    methods = [m for m in METHOD_OPTIONS if name in METHOD_OPTIONS[m]] or list(METHODS)[:1]
+    tasks = {}
     for experiment in EXPERIMENTS.values():
-        by_task.setdefault(experiment.task, experiment.defaults.get(name, DEFAULTS[name]))
-    values = set(map(repr, by_task.values()))
-    if len(values) == 1:
-        return f" [default: {next(iter(by_task.values()))}]"
-    return " [default: " + "; ".join(f"{task}: {value}" for task, value in by_task.items()) + "]"
+        tasks.setdefault(experiment.task, experiment.name)
+    values = {(task, m): default_value(name, e, m) for task, e in tasks.items() for m in methods}
+    if len(set(map(repr, values.values()))) == 1:
+        return f" [default: {next(iter(values.values()))}]"
+    by_task = all(len({repr(values[t, m]) for m in methods}) == 1 for t in tasks)
+    by_method = all(len({repr(values[t, m]) for t in tasks}) == 1 for m in methods)
+    if by_task:
+        parts = [f"{t}: {values[t, methods[0]]}" for t in tasks]
+    elif by_method:
+        parts = [f"{m}: {values[next(iter(tasks)), m]}" for m in methods]
+    else:
+        parts = [f"{t}/{m}: {v}" for (t, m), v in values.items()]
+    return " [default: " + "; ".join(parts) + "]"
 
 
 def _add_options(parser: argparse.ArgumentParser, names) -> None:
+    """One flag per option, with its help, type and choices from its declaration."""
     for name in names:
+        option, help = declaration(name)
         flag = "--" + name.replace("_", "-")
-        text = HELP[name] + _default_text(name)
-        if name in BOOLEANS:
+        text = help + _default_text(name, option, help)
+        if option.type is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
-        elif name == "step_options":
+        elif option.type is dict:
             parser.add_argument(
-                "--step-option",
-                dest="step_options",
-                action="append",
-                default=[],
-                metavar="KEY=VALUE",
-                help=text,
+                "--step-option", dest=name, action="append", default=[], metavar="KEY=VALUE", help=text
             )
         else:
-            parser.add_argument(
-                flag, type=TYPES.get(name, str), default=None, choices=CHOICES.get(name), help=text
-            )
+            kind = option.type if option.type in (int, float) else str
+            choices = list(option.choices) if option.choices else None
+            parser.add_argument(flag, type=kind, default=None, choices=choices, help=text)
 
 
 def _config_values(args, names) -> dict:
@@ -161,8 +115,6 @@ def _config_values(args, names) -> dict:
             value = options or None
         if value is not None:
             values[name] = value
-    if isinstance(values.get("devices"), str) and values["devices"].isdigit():
-        values["devices"] = int(values["devices"])
     return values
 
 
@@ -220,9 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="MNIST: half-ranges ±θ of uniform rotation [22.5 45 67.5 90]",
     )
-    p_eval.add_argument("--limit", type=int, default=None, help="evaluate on the first N test samples only")
-    p_eval.add_argument("--data-dir", default=None, help=HELP["data_dir"])
-    p_eval.add_argument("--output", default=None, help="write the per-sample table to this CSV file")
+    p_eval.add_argument("--limit", type=int, default=None, help=LIMIT.help)
+    p_eval.add_argument("--data-dir", default=None, help=FIELD_OPTIONS["data_dir"].help)
+    p_eval.add_argument(
+        "--output", default=None, help="write the per-sample table to this CSV file (its folder must exist)"
+    )
 
     from .studies import STUDIES
 
@@ -245,14 +199,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="results/reproduce",
         help="results folder [results/reproduce]; never the shipped one unless --ship",
     )
-    p_rep.add_argument("--quick", action="store_true", help=HELP["quick"])
+    p_rep.add_argument("--quick", action="store_true", help=FIELD_OPTIONS["quick"].help)
     p_rep.add_argument("--jobs", type=int, default=1, help="runs trained at once, in separate processes [1]")
     p_rep.add_argument("--overwrite", action="store_true", help="retrain runs that are already trained")
     p_rep.add_argument(
         "--reevaluate", action="store_true", help="evaluate runs again even where their tables are up to date"
     )
     p_rep.add_argument("--ship", action="store_true", help="write into the package's pretrained/ folder")
-    _add_options(p_rep, [n for n in REPRODUCE_OPTIONS if n != "quick"])
+    _add_options(p_rep, REPRODUCE_OPTIONS)
 
     sub.add_parser("list", help="list experiments, methods, step functions, studies and shipped runs")
     return parser
@@ -261,10 +215,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return _run(args)
+        code = _run(args)
+        sys.stdout.flush()  # a reader that stopped early (| head) shows here, inside the try
+        return code
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader of the output went away: no traceback, as Python's docs advise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def _user_errors():
@@ -272,7 +231,7 @@ def _user_errors():
     from .checkpoints import CheckpointError
     from .config import ConfigMismatchError
     from .data.mnist import MNISTDamagedError, MNISTNotFoundError
-    from .training import MissingPackageError
+    from .training import MissingPackageError, TrainingDivergedError
 
     try:  # Lightning's error for a bad --accelerator, --devices or --strategy
         from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -286,6 +245,7 @@ def _user_errors():
         FileExistsError,
         MissingPackageError,
         MisconfigurationException,
+        TrainingDivergedError,
     )
 
 
@@ -296,15 +256,37 @@ def _config(values: dict) -> TrainConfig:
         raise UserError(str(error)) from error
 
 
+def _checked(check, *args):
+    """``check(*args)``, its ``ValueError`` turned into a user error."""
+    try:
+        return check(*args)
+    except ValueError as error:
+        raise UserError(str(error)) from error
+
+
 def _run(args) -> int:
     if args.command == "list":
         return _list()
+    from .config import PRETRAINED_DIR, check_writable_folder
+
+    # The configuration and the output folder are checked first: a mistake there costs no PyTorch import.
+    if args.command == "train":
+        config = _config(_config_values(args, [f.name for f in fields(TrainConfig)]))
+        _checked(check_writable_folder, config.output_dir)
+    elif args.command == "reproduce":
+        if args.jobs < 1:
+            raise UserError(f"--jobs must be >= 1, got {args.jobs}.")
+        if args.ship and args.quick:
+            raise UserError("quick runs are never shipped as pretrained results: drop --quick or --ship.")
+        given = _config_values(args, REPRODUCE_OPTIONS)
+        checked = _config({"quick": args.quick, **given})  # the shared options, before any training
+        common = {name: getattr(checked, name) for name in given}  # as checked (devices "2" -> 2)
+        _checked(check_writable_folder, PRETRAINED_DIR if args.ship else args.output_dir)
     errors = _user_errors()
     try:
         if args.command == "train":
             from .training import train
 
-            config = _config(_config_values(args, [f.name for f in fields(TrainConfig)]))
             _, metadata = train(config, overwrite=args.overwrite)
             print(
                 f"best val accuracy {metadata['best_val_acc']:.4f} (epoch {metadata['best_epoch'] + 1}, "
@@ -315,13 +297,7 @@ def _run(args) -> int:
         elif args.command == "reproduce":
             from .studies import STUDIES, reproduce
 
-            if args.jobs < 1:
-                raise UserError(f"--jobs must be >= 1, got {args.jobs}.")
-            if args.ship and args.quick:
-                raise UserError("quick runs are never shipped as pretrained results: drop --quick or --ship.")
             studies = list(STUDIES) if "all" in args.study else args.study
-            common = _config_values(args, REPRODUCE_OPTIONS)
-            _config({"quick": args.quick, **common})  # check the shared options before any training
             reproduce(
                 studies,
                 args.output_dir,
@@ -340,10 +316,40 @@ def _run(args) -> int:
 def _evaluate(args) -> None:
     from pathlib import Path
 
+    from .config import check_model_fits, check_writable_file
+
+    # the request is checked before any model or data is loaded
+    limit = _checked(LIMIT.validate, "--limit", args.limit)
+    if args.output:
+        _checked(check_writable_file, args.output)
+    if args.pretrained:
+        experiment_name = args.pretrained
+    else:
+        recorded = _recorded_experiment(Path(args.checkpoint))
+        experiment_name = args.experiment or recorded
+        if experiment_name is None:
+            raise UserError(
+                f"no readable metadata.json beside {args.checkpoint}: say which experiment it is with --experiment."
+            )
+        if recorded in EXPERIMENTS and EXPERIMENTS[recorded].task != EXPERIMENTS[experiment_name].task:
+            raise UserError(
+                f"{args.checkpoint} is a run of {recorded}, another task than {experiment_name}'s: "
+                f"evaluate it with --experiment {recorded} (or another experiment of its task)."
+            )
+    experiment = _checked(get_experiment, experiment_name)
+    rotations = None
+    if args.angles is not None or args.uniform is not None:
+        if experiment.task != "mnist":
+            raise UserError("--angles and --uniform apply to the MNIST experiments only.")
+        from .data.mnist import EXACT_ANGLES, REFERENCE_ANGLES, rotation_sweep
+
+        angles = EXACT_ANGLES if args.angles is None else tuple(args.angles)
+        uniform = REFERENCE_ANGLES if args.uniform is None else tuple(args.uniform)
+        rotations = _checked(rotation_sweep, angles, uniform)
+
     from .checkpoints import load_model, load_pretrained
     from .config import PRETRAINED_DIR
     from .evaluation import evaluate, summarize
-    from .registry import get_experiment
     from .training import make_datamodule
 
     if args.pretrained:
@@ -357,33 +363,16 @@ def _evaluate(args) -> None:
         )
         module = load_pretrained(config.experiment, config.method, config.seed)
     else:
-        meta = Path(args.checkpoint).with_name("metadata.json")
-        experiment = args.experiment or (
-            json.loads(meta.read_text())["config"]["experiment"] if meta.is_file() else None
-        )
-        if experiment is None:
-            raise UserError(
-                f"no metadata.json beside {args.checkpoint}: say which experiment it is with --experiment."
-            )
-        config = _config({"experiment": experiment})
+        config = _config({"experiment": experiment_name})
         module = load_model(args.checkpoint)
+        hparams = module.hparams
+        _checked(
+            check_model_fits, experiment_name, hparams["n_classes"], hparams["step_options"], args.checkpoint
+        )
     if args.data_dir:
         config.data_dir = args.data_dir
-    experiment = get_experiment(config.experiment)
-    rotations = None
-    if args.angles is not None or args.uniform is not None:
-        if experiment.task != "mnist":
-            raise UserError("--angles and --uniform apply to the MNIST experiments only.")
-        from .data.mnist import EXACT_ANGLES, REFERENCE_ANGLES, rotation_sweep
-
-        angles = EXACT_ANGLES if args.angles is None else tuple(args.angles)
-        uniform = REFERENCE_ANGLES if args.uniform is None else tuple(args.uniform)
-        try:
-            rotations = rotation_sweep(angles, uniform)
-        except ValueError as error:
-            raise UserError(str(error)) from error
     datamodule = make_datamodule(
-        config, test_rotations=rotations or experiment.evaluation.get("sweep"), test_subset=args.limit
+        config, test_rotations=rotations or experiment.evaluation.get("sweep"), test_subset=limit
     )
     per_sample, _ = evaluate(module, datamodule.evaluation_sets())
     table = summarize(per_sample, experiment.group_by)
@@ -391,6 +380,15 @@ def _evaluate(args) -> None:
     print(table[columns].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     if args.output:
         per_sample.to_csv(args.output, index=False)
+
+
+def _recorded_experiment(checkpoint) -> str | None:
+    """The experiment that the metadata.json beside a checkpoint records, if it is there and readable."""
+    meta = checkpoint.with_name("metadata.json")
+    try:
+        return json.loads(meta.read_text())["config"]["experiment"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _list() -> int:

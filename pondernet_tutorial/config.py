@@ -9,116 +9,298 @@ data lives, which device or logger is used, or whether the step is compiled. The
 ``<output_dir>/<experiment>/<variant>/seed<k>`` is named after the identity (the method, its key
 options, and every other field that differs from the experiment's defaults), so two configurations
 never share a folder, and a saved run is reused only when its recorded identity equals the requested
-one (:func:`check_same_identity`). This module imports no PyTorch.
+one (:func:`check_same_identity`).
+
+Every field is declared once (:func:`setting`: type, default, help, choices, range check), and the
+halting methods' options in :data:`~pondernet_tutorial.methods.METHOD_OPTIONS`; the command line is
+built from these declarations. This module imports no PyTorch (checking a strategy other than ``auto``
+looks it up in Lightning, and more CPU devices than cores under ``auto`` asks PyTorch for a GPU).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import inspect
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from .methods import METHOD_OPTIONS, METHODS, NAMED_IN_FOLDER
-from .registry import get_experiment
+from .options import Option, above, at_least, between, check_max_steps
+from .registry import EXPERIMENTS, get_experiment
+from .steps import STEP_OPTIONS, STEPS
 
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"  # the shipped runs
 
-# The global defaults: the reference MNIST experiment's.
-DEFAULTS = {
-    "epochs": 20,
-    "batch_size": 128,
-    "lr": 1e-3,
-    "grad_clip": 0.5,
-    "max_steps": 20,
-    "lambda_p": 0.2,
-    "beta": 0.01,
-    "kl_direction": "p_prior",
-    "renormalize_prior": False,
-    "tau": 1e-3,
-    "epsilon": 0.01,
-    "halting_bias": None,
-    "lr_schedule": "plateau",
-    "lr_patience": 2,
-    "lr_factor": 0.5,
-    "early_stopping_patience": None,
-    "stop_at_val_acc": None,
-    "train_subset": None,
-    "compile": False,
-}
 LR_SCHEDULES = ("plateau", "constant")
 LOGGERS = ("csv", "tensorboard", "wandb")
 PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "64-true", "bf16-true", "16-true")
-# Fields that change where or how fast a run trains, not what it learns.
-NOT_IDENTITY = (
-    "accelerator",
-    "devices",
-    "strategy",
-    "compile",
-    "cuda_graph",
-    "data_dir",
-    "output_dir",
-    "logger",
-    "progress_bar",
-)
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")  # Lightning's names
 
 
 class ConfigMismatchError(ValueError):
     """A saved run or table was made with another configuration than the one requested."""
 
 
+def setting(kind: type, default, help: str, **declaration):
+    """A field of :class:`TrainConfig` declared once: an :class:`~pondernet_tutorial.options.Option`
+    (type, global default, help, choices, range check, ...) in the field's metadata. The field itself
+    defaults to ``None``: the experiment's default, else ``default``."""
+    option = Option(kind, default, help, **declaration)
+    if kind is dict:
+        return field(default_factory=dict, metadata={"option": option})
+    return field(default=None, metadata={"option": option})
+
+
+def check_step(step: str, name: str = "step") -> str:
+    """A registered step function (:data:`~pondernet_tutorial.steps.STEPS`) or an import path
+    ``module:Class`` (imported only when the run is built)."""
+    module, _, qualname = step.partition(":")
+    if step not in STEPS and not (module and qualname):
+        raise ValueError(
+            f"{name} must be one of {', '.join(STEPS)} or an import path module:Class, got {step!r}."
+        )
+    return step
+
+
+def check_devices(devices, name: str = "devices"):
+    """``auto``, a count >= 1, or a list of device indices such as ``0,1``; a count as an ``int`` and a
+    list as a list of ints."""
+    if isinstance(devices, str) and devices.strip() != "auto":
+        text = devices.strip()
+        if text.lstrip("-").isdigit():
+            devices = int(text)
+        elif "," in text and all(part.strip().isdigit() for part in text.split(",") if part.strip()):
+            devices = [int(part) for part in text.split(",") if part.strip()]
+    if devices == "auto":
+        return devices
+    if isinstance(devices, int) and not isinstance(devices, bool):
+        if devices < 1:
+            raise ValueError(
+                f"{name} must be auto, a count >= 1 or a list of indices such as 0,1, got {devices}."
+            )
+        return devices
+    if isinstance(devices, (list, tuple)) and devices and all(isinstance(d, int) and d >= 0 for d in devices):
+        return list(devices)
+    raise ValueError(f"{name} must be auto, a count >= 1 or a list of indices such as 0,1, got {devices!r}.")
+
+
+def check_strategy(strategy: str, name: str = "strategy") -> str:
+    """``auto`` or a strategy in Lightning's registry (``ddp``, ``ddp_spawn``, ...); only a strategy other
+    than ``auto`` imports Lightning to look it up."""
+    if strategy == "auto":
+        return strategy
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    known = StrategyRegistry.available_strategies()
+    if strategy not in known:
+        raise ValueError(
+            f"{name} must be auto or one of Lightning's strategies ({', '.join(known)}), got {strategy!r}."
+        )
+    return strategy
+
+
+def _on_the_cpu(accelerator: str) -> bool:
+    """Whether Lightning's ``accelerator`` runs on the CPU (``auto`` without a GPU: imports PyTorch)."""
+    if accelerator == "cpu":
+        return True
+    if accelerator != "auto":
+        return False
+    import torch
+
+    return not (torch.cuda.is_available() or torch.backends.mps.is_available())
+
+
+def check_cpu_devices(accelerator: str, devices) -> None:
+    """Refuse more CPU processes than the machine has cores: each device on the CPU is a process."""
+    cores = os.cpu_count() or 1
+    if isinstance(devices, list) and _on_the_cpu(accelerator):
+        raise ValueError(
+            f"devices={devices} lists device indices, but on the CPU devices is a count: pass --devices 1."
+        )
+    if isinstance(devices, int) and devices > cores and _on_the_cpu(accelerator):
+        raise ValueError(
+            f"devices={devices} on the CPU starts {devices} processes, but this machine has {cores} cores: "
+            f"pass --devices {cores} or fewer (on the CPU one process already uses every core)."
+        )
+
+
+# ------------------------------------------------------------------ the configuration
+def _method_option_fields(after: str):
+    """Give the decorated class one field per option of the halting methods (:data:`METHOD_OPTIONS`),
+    placed after the field ``after``: the options of one method, then those several methods share. (The
+    order of the fields is the order in which run folders name them.)"""
+
+    def decorate(cls):
+        names = [name for options in METHOD_OPTIONS.values() for name in options]
+        own = [name for name in dict.fromkeys(names) if names.count(name) == 1]
+        shared = [name for name in dict.fromkeys(names) if names.count(name) > 1]
+        annotations = {}
+        for name, annotation in inspect.get_annotations(cls).items():
+            annotations[name] = annotation
+            if name == after:
+                for option_name in own + shared:
+                    kind = next(o[option_name].type for o in METHOD_OPTIONS.values() if option_name in o)
+                    annotations[option_name] = f"{kind.__name__} | None"
+                    setattr(cls, option_name, field(default=None, metadata={"method_option": True}))
+        cls.__annotations__ = annotations
+        return cls
+
+    return decorate
+
+
 @dataclass
+@_method_option_fields(after="max_steps")
 class TrainConfig:
     """Everything a run depends on. ``None`` means: the experiment's default, else the global one.
 
-    Fields are grouped as: what is trained (experiment, method, step function and their options), how
-    (optimiser, schedule, stopping), and where (device, folders, logger; not part of the identity).
+    Each field is declared once, with its type, global default, help, choices and range check
+    (:func:`setting`); the halting methods' options (``lambda_p``, ``beta``, ``kl_direction``,
+    ``renormalize_prior``, ``tau``, ``epsilon``, ``halting_bias``) are fields too, declared in
+    :data:`~pondernet_tutorial.methods.METHOD_OPTIONS` with each method's defaults, and placed after
+    ``max_steps``. Fields are grouped as: what is trained (experiment, method, step function and their
+    options), how (optimiser, schedule, stopping), and where (device, folders, logger; not part of the
+    identity).
     """
 
-    experiment: str = "mnist-interpolation"
-    method: str = "pondernet"
-    seed: int = 0
-    step: str | None = None
-    step_options: dict = field(default_factory=dict)
-    epochs: int | None = None
-    batch_size: int | None = None
-    lr: float | None = None
-    grad_clip: float | None = None
-    max_steps: int | None = None
-    lambda_p: float | None = None
-    beta: float | None = None
-    kl_direction: str | None = None
-    renormalize_prior: bool | None = None
-    tau: float | None = None
-    epsilon: float | None = None
-    halting_bias: float | None = None
-    lr_schedule: str | None = None
-    lr_patience: int | None = None
-    lr_factor: float | None = None
-    early_stopping_patience: int | None = None
-    stop_at_val_acc: float | None = None
-    precision: str = "32-true"
-    train_subset: int | None = None
-    quick: bool = False
-    compile: bool | None = None
-    cuda_graph: bool | None = None
-    accelerator: str = "auto"
-    devices: str | int = "auto"
-    strategy: str = "auto"
-    data_dir: str | None = None
-    output_dir: str = "runs"
-    logger: str = "csv"
-    progress_bar: bool = True
+    experiment: str = setting(
+        str,
+        "mnist-interpolation",
+        "the experiment: " + "; ".join(f"{e.name} ({e.description})" for e in EXPERIMENTS.values()),
+        choices=tuple(EXPERIMENTS),
+    )
+    method: str = setting(
+        str,
+        "pondernet",
+        "halting method: pondernet, act (Adaptive Computation Time) or fixed (always --max-steps steps)",
+        choices=tuple(METHODS),
+    )
+    seed: int = setting(
+        int, 0, "random seed of the run (weights, batches, rotations, dropout)", check=at_least(0)
+    )
+    step: str | None = setting(
+        str,
+        None,
+        f"step function: {', '.join(STEPS)}, or the import path module:Class of one [default: the experiment's]",
+        check=check_step,
+    )
+    step_options: dict = setting(
+        dict,
+        None,
+        "an option of the step function as KEY=VALUE, e.g. hidden_size=32 (repeatable); "
+        + "; ".join(f"{step}: {', '.join(options)}" for step, options in STEP_OPTIONS.items()),
+    )
+    epochs: int | None = setting(
+        int, 20, "most training epochs (parity: an epoch is 1,000 batches)", check=at_least(1)
+    )
+    batch_size: int | None = setting(int, 128, "batch size", check=at_least(1))
+    lr: float | None = setting(float, 1e-3, "Adam learning rate", check=above(0))
+    grad_clip: float | None = setting(float, 0.5, "gradient-norm clipping, 0 for none", check=at_least(0))
+    max_steps: int | None = setting(
+        int, 20, "N, the most steps (fixed: the number of steps)", check=check_max_steps
+    )
+    # (here: one field per option of the halting methods, from methods.METHOD_OPTIONS)
+    lr_schedule: str | None = setting(
+        str, "plateau", "plateau (ReduceLROnPlateau on val/acc) or constant", choices=LR_SCHEDULES
+    )
+    lr_patience: int | None = setting(
+        int, 2, "ReduceLROnPlateau: epochs without improvement before the rate is lowered", check=at_least(0)
+    )
+    lr_factor: float | None = setting(
+        float, 0.5, "ReduceLROnPlateau: factor by which the rate is lowered, in (0, 1)", check=between(0, 1)
+    )
+    early_stopping_patience: int | None = setting(
+        int,
+        None,
+        "stop after this many epochs without a better val/acc, 0 for never",
+        check=at_least(0),
+        optional=True,
+    )
+    stop_at_val_acc: float | None = setting(
+        float,
+        None,
+        "stop once val/acc reaches this value, 0 for never",
+        check=between(0, 1, "both"),
+        optional=True,
+    )
+    precision: str = setting(str, "32-true", "Lightning precision", choices=PRECISIONS, reproduce=True)
+    train_subset: int | None = setting(
+        int,
+        None,
+        "training samples per epoch (MNIST: the first N images; quick runs only, never shipped)",
+        check=at_least(1),
+        optional=True,
+    )
+    quick: bool = setting(bool, False, "the experiment's quick settings (CI only; never shipped)")
+    compile: bool | None = setting(
+        bool,
+        False,
+        "torch.compile the unroll and loss of training, validation and test (off in quick mode, and "
+        "where a CUDA graph replays the training step)",
+        identity=False,
+        reproduce=True,
+    )
+    cuda_graph: bool | None = setting(
+        bool,
+        None,
+        "replay each training step from one CUDA graph (default: wherever it can: one CUDA device, a "
+        "precision other than 16-mixed)",
+        optional=True,
+        identity=False,
+        reproduce=True,
+    )
+    accelerator: str = setting(
+        str,
+        "auto",
+        "Lightning accelerator",
+        choices=ACCELERATORS,
+        identity=False,
+        reproduce=True,
+    )
+    devices: str | int = setting(
+        object,
+        "auto",
+        "Lightning devices: auto, a count, or a list such as 0,1 (on the CPU at most one per core)",
+        check=check_devices,
+        identity=False,
+        reproduce=True,
+    )
+    strategy: str = setting(
+        str,
+        "auto",
+        "Lightning strategy: auto, ddp, ddp_spawn, ...",
+        check=check_strategy,
+        identity=False,
+        reproduce=True,
+    )
+    data_dir: str | None = setting(
+        str,
+        None,
+        "folder holding MNIST/raw [default: $PONDERNET_DATA_DIR, else ~/.cache/pondernet_tutorial]",
+        optional=True,
+        identity=False,
+        reproduce=True,
+    )
+    output_dir: str = setting(
+        str, "runs", "folder for runs: <output_dir>/<experiment>/<variant>/seed<k>/", identity=False
+    )
+    logger: str = setting(
+        str, "csv", "csv, tensorboard or wandb (offline)", choices=LOGGERS, identity=False, reproduce=True
+    )
+    progress_bar: bool = setting(bool, True, "show Lightning's progress bar", identity=False)
 
     def __post_init__(self):
+        for name in ("experiment", "method"):  # the others' defaults depend on these two
+            value = getattr(self, name)
+            setattr(self, name, option(name).validate(name, option(name).default if value is None else value))
         experiment = get_experiment(self.experiment)
-        if self.method not in METHODS:
-            raise ValueError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}.")
-        quick = experiment.quick if self.quick else {}
-        for name, default in DEFAULTS.items():
-            if getattr(self, name) is None and name != "compile":
-                value = quick.get(name, experiment.defaults.get(name, default))
-                setattr(self, name, value)
-        if self.compile is None:  # compilation takes tens of seconds: not worth it in quick mode
-            self.compile = not self.quick and experiment.defaults.get("compile", DEFAULTS["compile"])
+        for f in fields(self):
+            if getattr(self, f.name) is None and (
+                f.name in FIELD_OPTIONS or f.name in METHOD_OPTIONS[self.method]
+            ):
+                setattr(
+                    self, f.name, default_value(f.name, self.experiment, self.method, self.quick or False)
+                )
         self.step = self.step or experiment.step
         # the experiment's step options belong to its default step function; another one starts from its own defaults
         defaults = experiment.step_options if self.step == experiment.step else {}
@@ -126,57 +308,15 @@ class TrainConfig:
         self.check()
 
     def check(self) -> None:
-        """Raise a ``ValueError`` naming the first field that is out of range."""
-
-        def positive_int(name):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
-
-        for name in ("epochs", "batch_size", "max_steps"):
-            positive_int(name)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}.")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}.")
-        if not self.grad_clip >= 0:
-            raise ValueError(f"grad_clip must be >= 0 (0: no clipping), got {self.grad_clip}.")
-        if not 0.0 < self.lambda_p < 1.0:
-            raise ValueError(
-                f"lambda_p must lie strictly between 0 and 1, got {self.lambda_p} (the prior's mean is "
-                "1/lambda_p steps; for exactly one step use --method fixed --max-steps 1)."
-            )
-        if not self.beta >= 0:
-            raise ValueError(f"beta must be >= 0, got {self.beta}.")
-        if self.kl_direction in ("forward", "reverse"):  # deprecated names: translated, with a warning
-            from .losses import check_kl_direction
-
-            self.kl_direction = check_kl_direction(self.kl_direction)
-        if self.kl_direction not in ("p_prior", "prior_p"):
-            raise ValueError(
-                f"kl_direction must be p_prior (the paper's KL(p || p_G)) or prior_p (KL(p_G || p)), "
-                f"got {self.kl_direction!r}."
-            )
-        if not self.tau >= 0:
-            raise ValueError(f"tau must be >= 0, got {self.tau}.")
-        if not 0.0 < self.epsilon < 1.0:
-            raise ValueError(f"epsilon must lie strictly between 0 and 1, got {self.epsilon}.")
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(
-                f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}."
-            )
-        if self.logger not in LOGGERS:
-            raise ValueError(f"logger must be one of {', '.join(LOGGERS)}, got {self.logger!r}.")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}.")
-        if self.train_subset is not None:
-            positive_int("train_subset")
-        if self.early_stopping_patience is not None and self.early_stopping_patience < 0:
-            raise ValueError(
-                f"early_stopping_patience must be >= 0 (0: off), got {self.early_stopping_patience}."
-            )
-        if self.stop_at_val_acc is not None and not 0.0 <= self.stop_at_val_acc <= 1.0:
-            raise ValueError(f"stop_at_val_acc must lie in [0, 1] (0: off), got {self.stop_at_val_acc}.")
+        """Check every field with its declaration and normalise it (``devices="2"`` becomes ``2``);
+        raise a ``ValueError`` naming the first field that is out of range."""
+        for f in fields(self):
+            if f.name in FIELD_OPTIONS:
+                setattr(self, f.name, FIELD_OPTIONS[f.name].validate(f.name, getattr(self, f.name)))
+        for name, declared in METHOD_OPTIONS[self.method].items():  # the options this method takes
+            setattr(self, name, declared.validate(name, getattr(self, name)))
+        self.step_options = check_step_options(self.step, self.step_options, self.experiment)
+        check_cpu_devices(self.accelerator, self.devices)
 
     # ------------------------------------------------------------------ what the run is
     def method_options(self) -> dict:
@@ -194,7 +334,7 @@ class TrainConfig:
         )
         if self.lr_schedule != "plateau":
             unused |= {"lr_patience", "lr_factor"}
-        return {k: v for k, v in values.items() if k not in NOT_IDENTITY and k not in unused}
+        return {k: v for k, v in values.items() if k not in unused and option(k, self.method).identity}
 
     @property
     def variant(self) -> str:
@@ -256,3 +396,118 @@ def check_same_identity(saved: dict, requested: dict, what: str) -> None:
             f"{what} was made with another configuration ({'; '.join(differences)}): retrain it "
             "(--overwrite) or ask for the configuration it was made with."
         )
+
+
+# ------------------------------------------------------------------ the declarations, by name
+FIELD_OPTIONS: dict[str, Option] = {
+    f.name: f.metadata["option"] for f in fields(TrainConfig) if "option" in f.metadata
+}
+
+
+def option(name: str, method: str | None = None) -> Option:
+    """The declaration of a :class:`TrainConfig` field: its own, or that of ``method``'s option (by
+    default the first method that declares it)."""
+    if name in FIELD_OPTIONS:
+        return FIELD_OPTIONS[name]
+    for candidate in [method] if method else METHOD_OPTIONS:
+        if name in METHOD_OPTIONS.get(candidate, {}):
+            return METHOD_OPTIONS[candidate][name]
+    raise KeyError(f"{name} is not an option of {'method ' + method if method else 'TrainConfig'}.")
+
+
+def default_value(name: str, experiment: str, method: str, quick: bool = False):
+    """The default of a field for an experiment and method: the quick settings (in quick mode), else the
+    experiment's defaults, else the method's or the global declaration's."""
+    spec = get_experiment(experiment)
+    if name == "compile":  # compilation takes tens of seconds: not worth it in quick mode
+        return not quick and spec.defaults.get("compile", FIELD_OPTIONS["compile"].default)
+    if quick and name in spec.quick:
+        return spec.quick[name]
+    return spec.defaults.get(name, option(name, method).default)
+
+
+# The global defaults (the reference MNIST experiment's). A method option is here only while every
+# method that declares it has the same default; option(name, method).default is each method's.
+DEFAULTS = {
+    f.name: option(f.name).default
+    for f in fields(TrainConfig)
+    if f.name not in ("experiment", "method", "step", "step_options")
+    and len({repr(o[f.name].default) for o in METHOD_OPTIONS.values() if f.name in o}) <= 1
+}
+
+
+def check_step_options(step: str, step_options: dict, experiment: str) -> dict:
+    """The step function's options checked against its declaration (:data:`STEP_OPTIONS`) and the
+    experiment's data: an option named like a data option (parity's ``n_elements``) must equal it."""
+    declared = STEP_OPTIONS.get(step)
+    if declared is None:  # a step function given by import path: its constructor checks its options
+        return dict(step_options)
+    data = get_experiment(experiment).data_options
+    checked = {}
+    for key, value in step_options.items():
+        if key not in declared:
+            raise ValueError(
+                f"unknown step option {key!r} for step function {step}; its options: {', '.join(declared)}."
+            )
+        checked[key] = declared[key].validate(key, value)
+        if key in data and checked[key] != data[key]:
+            raise ValueError(
+                f"step option {key}={checked[key]!r} does not fit the data of {experiment} ({key}={data[key]!r}): "
+                f"leave it out, or choose an experiment whose data has {key}={checked[key]!r}."
+            )
+    return checked
+
+
+def check_model_fits(experiment: str, n_classes: int, step_options: dict, what: str) -> None:
+    """Refuse a model of another task than ``experiment``: another number of classes, or a step option
+    that does not fit the experiment's data (see :func:`check_step_options`)."""
+    spec = get_experiment(experiment)
+    if n_classes != spec.n_classes:
+        raise ValueError(
+            f"{what} predicts {n_classes} classes but {experiment} has {spec.n_classes}: it was trained on "
+            "another task; evaluate it on an experiment of its own task."
+        )
+    data = spec.data_options
+    for key, value in (step_options or {}).items():
+        if key in data and value != data[key]:
+            raise ValueError(
+                f"{what} was made for {key}={value!r} but the data of {experiment} has {key}={data[key]!r}: "
+                "evaluate it on an experiment of its own task."
+            )
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and not path.is_symlink() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _check_can_write_in(folder: Path, what: str) -> None:
+    try:  # a temporary file, removed at once: the only test that a root user, a read-only disk or /proc all answer truly
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise ValueError(
+            f"{what} cannot be written ({error.strerror or error}): choose a folder you can write to."
+        ) from error
+
+
+def check_writable_folder(path: str | os.PathLike, what: str = "--output-dir") -> None:
+    """Refuse a folder that is a file, lies under a file or cannot be written; nothing is created."""
+    path = Path(path).expanduser()
+    existing = _nearest_existing(path)
+    if not existing.is_dir():
+        where = "is a file" if existing == path else f"lies under the file {existing}"
+        raise ValueError(f"{what} {path} {where}, not a folder: choose another folder.")
+    _check_can_write_in(existing, f"{what} {path}")
+
+
+def check_writable_file(path: str | os.PathLike, what: str = "--output") -> None:
+    """Refuse a file name that names a folder, or whose folder is missing or cannot be written."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise ValueError(f"{what} {path} is a folder: give a file name, e.g. {path / 'per_sample.csv'}.")
+    folder = path.parent
+    if not folder.is_dir():
+        raise ValueError(f"{what} {path}: the folder {folder} does not exist; create it first.")
+    _check_can_write_in(folder, f"{what} {path}")

@@ -18,30 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-
-def check_lambda_p(lambda_p: float) -> float:
-    """Return ``lambda_p`` as a float or raise a ``ValueError`` that says what is allowed.
-
-    ``λ_p = 1`` is refused: that prior puts all its mass on step 1, ``p_G(n) = 0`` for ``n > 1``, and
-    ``KL(p ‖ p_G)`` is infinite for every halting distribution with any mass beyond step 1 (every one a
-    sigmoid can produce). A network that always stops after one step is the fixed-step baseline
-    (``method="fixed"``, ``max_steps=1``).
-    """
-    lambda_p = float(lambda_p)
-    if not 0.0 < lambda_p < 1.0:
-        raise ValueError(
-            f"lambda_p must lie strictly between 0 and 1, got {lambda_p}. It is the prior's per-step "
-            "halting probability: the geometric prior has mean 1/lambda_p steps (0.2 gives 5 steps); "
-            "for exactly one step use the fixed-step method."
-        )
-    return lambda_p
-
-
-def check_max_steps(max_steps: int) -> int:
-    """Return ``max_steps`` as an int or raise a ``ValueError`` that says what is allowed."""
-    if isinstance(max_steps, bool) or int(max_steps) != max_steps or max_steps < 1:
-        raise ValueError(f"max_steps must be an integer >= 1, got {max_steps!r}.")
-    return int(max_steps)
+from .options import check_lambda_p, check_max_steps  # the ranges of λ_p and N, declared once there
 
 
 def log_halting_distribution(lambda_logits: Tensor) -> Tensor:

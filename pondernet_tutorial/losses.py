@@ -17,35 +17,13 @@ warning.)
 
 from __future__ import annotations
 
-import warnings
 from typing import Callable
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .halting import check_lambda_p, check_max_steps, log_geometric_prior
-
-KL_DIRECTIONS = ("p_prior", "prior_p")  # KL(p ‖ p_G) (the paper's), KL(p_G ‖ p)
-_OLD_KL_NAMES = {"forward": "p_prior", "reverse": "prior_p"}
-
-
-def check_kl_direction(direction: str) -> str:
-    """Return the KL direction's name, translating the deprecated ``forward``/``reverse``."""
-    if direction in _OLD_KL_NAMES:
-        new = _OLD_KL_NAMES[direction]
-        warnings.warn(
-            f"kl_direction={direction!r} is deprecated: use {new!r} (the names now say which "
-            "distribution comes first).",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        return new
-    if direction not in KL_DIRECTIONS:
-        raise ValueError(
-            f"kl_direction must be 'p_prior' (the paper's KL(p || p_G)) or 'prior_p' (KL(p_G || p)), "
-            f"got {direction!r}."
-        )
-    return direction
+from .halting import log_geometric_prior
+from .options import KL_DIRECTIONS, check_beta, check_kl_direction, check_lambda_p, check_max_steps  # noqa: F401
 
 
 def per_sample_cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
@@ -62,13 +40,6 @@ def per_sample_loss(loss_fn: Callable[[Tensor, Tensor], Tensor], logits: Tensor,
             f"{tuple(losses.shape)}: use reduction='none'."
         )
     return losses
-
-
-def check_beta(beta: float) -> float:
-    """Return ``beta`` as a float or raise a ``ValueError``: the KL weight must be >= 0."""
-    if not beta >= 0:
-        raise ValueError(f"beta must be >= 0, got {beta}: it weighs the KL regulariser (0 turns it off).")
-    return float(beta)
 
 
 class ReconstructionLoss(nn.Module):

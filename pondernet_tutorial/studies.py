@@ -219,9 +219,15 @@ def reproduce(
     root = PRETRAINED_DIR if ship else Path(output_dir)
     chosen = [get_study(name) for name in studies]
     start = time.perf_counter()
+    # The plan, built once: every study's configurations with the shared options, used for training,
+    # the study tables and shipping alike (a shared option such as --precision names the run folders).
+    plan = {
+        study.name: study.configs(quick, output_dir=str(root), progress_bar=False, **common)
+        for study in chosen
+    }
     configs = {}  # one entry per run folder: studies may share runs
     for study in chosen:
-        for config in study.configs(quick, output_dir=str(root), progress_bar=False, **common):
+        for config in plan[study.name]:
             configs[config.run_dir] = config
     limit_of = {c.run_dir: _quick_limit(c) if quick else None for c in configs.values()}
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
@@ -237,7 +243,7 @@ def reproduce(
     tables = {}
     seconds = {r["run_dir"]: r["seconds"] for r in records}
     for study in chosen:
-        mine = [seconds[str(c.run_dir)] for c in study.configs(quick, output_dir=str(root))]
+        mine = [seconds[str(c.run_dir)] for c in plan[study.name]]
         info = {
             "command_wall_time_s": wall,
             "command_studies": list(studies),
@@ -249,9 +255,9 @@ def reproduce(
             saved = json.loads(previous.read_text())
             if saved.get("quick") == quick and saved.get("n_runs") == len(mine):
                 info = {k: saved.get(k, v) for k, v in info.items()}
-        tables[study.name] = write_study_tables(study, root, quick=quick, **info)
+        tables[study.name] = write_study_tables(study, root, quick=quick, configs=plan[study.name], **info)
     if ship:
-        prune_for_shipping(chosen, root)
+        prune_for_shipping(chosen, root, plan)
     print(json.dumps({"seconds": wall, "root": str(root), "runs": len(records)}))
     return tables
 
@@ -279,8 +285,16 @@ def _run_columns(config: TrainConfig, root: Path) -> dict:
     }
 
 
-def write_study_tables(study: Study, root: Path, quick: bool = False, **info) -> dict[str, pd.DataFrame]:
-    """Concatenate the study's per-run tables into ``<root>/studies/<study>/``."""
+def write_study_tables(
+    study: Study, root: Path, quick: bool = False, configs: list[TrainConfig] | None = None, **info
+) -> dict[str, pd.DataFrame]:
+    """Concatenate the study's per-run tables into ``<root>/studies/<study>/``.
+
+    ``configs``: the study's runs as :func:`reproduce` planned them (default: the study's own, in
+    ``root``).
+    """
+    if configs is None:
+        configs = study.configs(quick, output_dir=str(root))
     import pandas as pd
 
     from .evaluation import load_run_tables, per_angle
@@ -290,7 +304,7 @@ def write_study_tables(study: Study, root: Path, quick: bool = False, **info) ->
     out.mkdir(parents=True, exist_ok=True)
     collected = {"summary": [], "per_step": [], "per_class": []}
     runs = []
-    for config in study.configs(quick, output_dir=str(root)):
+    for config in configs:
         columns = _run_columns(config, root)
         meta = read_metadata(config.run_dir) or {}
         runs.append(
@@ -320,17 +334,19 @@ def write_study_tables(study: Study, root: Path, quick: bool = False, **info) ->
     return tables
 
 
-def prune_for_shipping(studies, root: Path) -> None:
+def prune_for_shipping(studies, root: Path, plan: dict[str, list[TrainConfig]] | None = None) -> None:
     """Remove from the studies' run folders what none of them ships (training logs always).
 
     A run shared by several studies (the grid's reference cell is the reference run) keeps what the
-    most generous of them ships.
+    most generous of them ships. ``plan``: each study's runs as :func:`reproduce` planned them (default:
+    the study's own, in ``root``).
     """
     import shutil
 
     level = {}
     for study in studies:
-        for config in study.configs(output_dir=str(root)):
+        configs = plan[study.name] if plan else study.configs(output_dir=str(root))
+        for config in configs:
             level[config.run_dir] = max(level.get(config.run_dir, 0), SHIP_LEVELS.index(study.ship))
     for run_dir, keep in level.items():
         shutil.rmtree(run_dir / "logs", ignore_errors=True)

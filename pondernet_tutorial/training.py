@@ -49,6 +49,31 @@ class History(Callback):
         self.rows.append(row)
 
 
+class TrainingDivergedError(RuntimeError):
+    """The training loss or the weights became NaN or infinite: the run stops and saves no model."""
+
+
+class StopOnNonFinite(Callback):
+    """Stop a run whose training diverged, at the end of the epoch where it is first seen.
+
+    It reads what the epoch has already computed (the epoch's mean ``train/loss``) and tests the weights
+    in one reduction: one host synchronisation per epoch, none in the training step. The weights are
+    tested too because the mean loss can stay finite when a metric skips NaN values.
+    """
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        loss = trainer.callback_metrics.get("train/loss")
+        finite_loss = loss is None or bool(torch.isfinite(loss).all())
+        weights = [p.detach().isfinite().all() for p in pl_module.parameters() if p.is_floating_point()]
+        finite_weights = not weights or bool(torch.stack(weights).all())
+        if not (finite_loss and finite_weights):
+            what = f"training loss {float(loss)}" if not finite_loss else "weights"
+            raise TrainingDivergedError(
+                f"training diverged in epoch {trainer.current_epoch + 1} (non-finite {what}); no model was "
+                f"saved: lower the learning rate (lr={pl_module.hparams.get('lr')}) or clip the gradients (--grad-clip)."
+            )
+
+
 def make_datamodule(config: TrainConfig, test_rotations=None, test_subset=None):
     """The experiment's data module for a configuration."""
     experiment = get_experiment(config.experiment)
@@ -211,7 +236,7 @@ def train(config: TrainConfig, overwrite: bool = False) -> tuple[PonderLitModule
     checkpoint = ModelCheckpoint(
         dirpath=run_dir / "checkpoints", filename="best", monitor="val/acc", mode="max", save_top_k=1
     )
-    callbacks = [history, checkpoint]
+    callbacks = [history, checkpoint, StopOnNonFinite()]
     stopping = None
     if config.early_stopping_patience or config.stop_at_val_acc:
         stopping = EarlyStopping(

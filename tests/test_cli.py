@@ -1,11 +1,15 @@
 """The command line: help, user errors as one line with exit status 2, imports kept light."""
 
+import os
+import shutil
 import subprocess
 import sys
+from dataclasses import fields
 
 import pytest
 
-from pondernet_tutorial.__main__ import HELP, build_parser, main
+from pondernet_tutorial.__main__ import build_parser, main
+from pondernet_tutorial.config import PRETRAINED_DIR, TrainConfig
 
 
 def test_help_explains_every_option(capsys):
@@ -14,8 +18,8 @@ def test_help_explains_every_option(capsys):
             main([command, "--help"])
         assert exit_info.value.code == 0 and "usage" in capsys.readouterr().out
     train_help = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
-    for name in HELP:
-        flag = "--step-option" if name == "step_options" else "--" + name.replace("_", "-")
+    for field in fields(TrainConfig):  # every field, the methods' options included, is a flag
+        flag = "--step-option" if field.name == "step_options" else "--" + field.name.replace("_", "-")
         assert flag in train_help, flag
 
 
@@ -45,8 +49,9 @@ def test_a_user_error_exits_with_status_2_and_one_line():
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines() == [
-        "error: lambda_p must lie strictly between 0 and 1, got 1.5 (the prior's mean is 1/lambda_p steps; "
-        "for exactly one step use --method fixed --max-steps 1)."
+        "error: lambda_p must lie strictly between 0 and 1, got 1.5. It is the prior's per-step halting "
+        "probability: the geometric prior has mean 1/lambda_p steps (0.2 gives 5 steps); for exactly one step "
+        "use the fixed-step method (--method fixed --max-steps 1)."
     ]
 
 
@@ -127,7 +132,7 @@ def test_more_user_errors_are_one_line(without_wandb, tmp_path, capsys):
     (config.run_dir / "metadata.json").write_text(json.dumps({"identity": {**config.identity(), "lr": 0.5}}))
     for args, message in (
         (["train", "--logger", "wandb", *quick], "pip install wandb"),
-        (["train", "--devices", "0", *quick], "devices=0"),
+        (["train", "--devices", "0", *quick], "devices must be auto, a count >= 1"),
         (["train", "--accelerator", "tpu", *quick], "accelerator='tpu'"),
         (
             ["reproduce", "--study", "mnist-refine", "--quick", "--output-dir", str(tmp_path / "study")],
@@ -138,3 +143,166 @@ def test_more_user_errors_are_one_line(without_wandb, tmp_path, capsys):
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
     assert not (tmp_path / "runs").exists()
+
+
+def _main(args) -> int:
+    """``main(args)``'s exit status, whether argparse exits or main returns."""
+    try:
+        return main(args)
+    except SystemExit as exit_info:
+        return exit_info.code
+
+
+SHIPPED_PARITY = PRETRAINED_DIR / "parity-interpolation" / "pondernet-lambda_p=0.2-beta=0.01" / "seed0"
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    """Training, loading data and evaluating fail the test: a mistake must be found before them."""
+    from pondernet_tutorial import evaluation, studies, training
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("reached training, data or evaluation before the mistake was found")
+
+    for module, name in ((training, "train"), (training, "make_datamodule"), (studies, "run_one")):
+        monkeypatch.setattr(module, name, forbidden)
+    monkeypatch.setattr(evaluation, "evaluate", forbidden)
+
+
+def _mistakes(tmp):
+    """(arguments, what the one-line error says) for every mistake of issue 15 §4."""
+    parity = ["train", "--quick", "--experiment", "parity-interpolation", "--output-dir", f"{tmp}/runs"]
+    mnist = ["train", "--quick", "--output-dir", f"{tmp}/runs"]
+    evaluate = ["evaluate", "--pretrained"]
+    return [
+        ([*parity, "--step-option", "bogus=1"], "unknown step option 'bogus' for step function parity_gru"),
+        ([*parity, "--step-option", "hidden_size=abc"], "hidden_size must be an integer, got 'abc'"),
+        ([*parity, "--step-option", "hidden_size=-4"], "hidden_size must be >= 1, got -4"),
+        ([*parity, "--step-option", "hidden_size=2.5"], "hidden_size must be an integer, got 2.5"),
+        ([*mnist, "--step-option", "dropout=2"], "dropout must lie in [0, 1), got 2"),
+        (
+            [*parity, "--step-option", "n_elements=8"],
+            "n_elements=8 does not fit the data of parity-interpolation",
+        ),
+        ([*mnist, "--lr-factor", "2"], "lr_factor must lie in (0, 1), got 2.0"),
+        ([*parity, "--accelerator", "bogus"], "invalid choice: 'bogus'"),
+        ([*parity, "--strategy", "bogus"], "strategy must be auto or one of Lightning's strategies"),
+        ([*parity, "--devices", "abc"], "devices must be auto, a count >= 1"),
+        ([*parity, "--devices=-1"], "devices must be auto, a count >= 1"),
+        ([*parity, "--lr", "inf"], "lr must be a finite number, got inf"),
+        ([*parity, "--halting-bias", "nan"], "halting_bias must be a finite number, got nan"),
+        ([*parity, "--output-dir", f"{tmp}/a-file"], "is a file, not a folder"),
+        ([*parity, "--output-dir", f"{tmp}/a-file/runs"], "lies under the file"),
+        (
+            ["reproduce", "--study", "mnist-refine", "--quick", "--output-dir", f"{tmp}/a-file"],
+            "is a file, not a folder",
+        ),
+        ([*evaluate, "mnist-interpolation", "--angles", "nan"], "finite number of degrees, got nan"),
+        ([*evaluate, "mnist-interpolation", "--angles", "0", "inf"], "finite number of degrees, got inf"),
+        ([*evaluate, "mnist-interpolation", "--uniform", "nan"], "finite number of degrees, got nan"),
+        ([*evaluate, "parity-interpolation", "--limit", "0"], "--limit must be >= 1, got 0"),
+        ([*evaluate, "parity-interpolation", "--limit", "-5"], "--limit must be >= 1, got -5"),
+        ([*evaluate, "parity-interpolation", "--output", str(tmp)], "is a folder: give a file name"),
+        (
+            [*evaluate, "parity-interpolation", "--output", f"{tmp}/missing/t.csv"],
+            "does not exist; create it",
+        ),
+        (
+            [
+                "evaluate",
+                "--checkpoint",
+                str(SHIPPED_PARITY / "model.pt"),
+                "--experiment",
+                "mnist-interpolation",
+            ],
+            "is a run of parity-interpolation, another task than mnist-interpolation's",
+        ),
+        (  # without its metadata.json: the model itself tells its task
+            ["evaluate", "--checkpoint", f"{tmp}/alone/model.pt", "--experiment", "mnist-interpolation"],
+            "predicts 2 classes but mnist-interpolation has 10",
+        ),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_mistakes("TMP"))))
+def test_mistakes_are_one_line_errors_before_anything_is_made(case, tmp_path, nothing_runs, capsys):
+    """Each mistake: exit status 2, one line ``error: ...``, no folder made, no data loaded, nothing
+    trained or evaluated. Breaks tried: each check removed in turn (see the report)."""
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "alone").mkdir()
+    shutil.copy(SHIPPED_PARITY / "model.pt", tmp_path / "alone" / "model.pt")
+    args, message = _mistakes(tmp_path)[case]
+    assert _main(args) == 2, args
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "missing").exists()
+
+
+@pytest.mark.skipif(not os.access("/proc", os.F_OK), reason="needs /proc, a folder nobody can write into")
+@pytest.mark.parametrize("command", ["train", "reproduce"])
+def test_an_output_folder_that_cannot_be_written(command, nothing_runs, capsys):
+    assert _main([command, "--quick", "--output-dir", "/proc/pondernet-runs"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--output-dir /proc/pondernet-runs cannot be written" in lines[0], lines
+
+
+def test_more_cpu_devices_than_cores_start_no_process(nothing_runs, capsys):
+    cores = os.cpu_count()
+    for args in (
+        ["train", "--quick", "--accelerator", "cpu", "--devices", str(cores + 1)],
+        ["reproduce", "--quick", "--accelerator", "cpu", "--devices", str(cores + 1)],
+    ):
+        assert _main(args) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and f"this machine has {cores} cores" in lines[0], lines
+
+
+@pytest.mark.parametrize("divergence", ["infinite loss", "nan weights"])
+def test_a_run_that_diverges_stops_with_an_error_and_no_model(divergence, tmp_path, monkeypatch, capsys):
+    """A non-finite training loss (or weights) ends the run at the end of the epoch with a one-line
+    error, and neither model.pt nor metadata.json is written. Breaks tried: the callback left out of
+    train(); its loss test removed (the infinite loss, with finite gradients, then trains on); its weights
+    test removed (NaN gradients under a finite first loss: the metric skips the later NaN losses, so the
+    epoch's mean loss stays finite while the weights are NaN)."""
+    import torch
+
+    from pondernet_tutorial.methods.fixed import FixedSteps
+
+    honest = FixedSteps.loss
+
+    def diverging(self, out, targets):
+        losses = honest(self, out, targets)
+        if divergence == "infinite loss":  # the loss is inf, its gradient is the task's
+            losses["loss"] = losses["loss"] + torch.tensor(float("inf"))
+        else:  # the loss stays finite, its gradient is NaN: d/dw √|w − w| = ∞ at 0, times 0
+            weight = next(self.parameters())
+            losses["loss"] = losses["loss"] + 0.0 * (weight - weight.detach()).abs().sqrt().sum()
+        return losses
+
+    monkeypatch.setattr(FixedSteps, "loss", diverging)
+    args = [
+        "train",
+        "--quick",
+        "--experiment",
+        "parity-interpolation",
+        "--method",
+        "fixed",
+        "--max-steps",
+        "2",
+    ]
+    args += ["--train-subset", "256", "--no-progress-bar", "--output-dir", str(tmp_path)]
+    assert main(args) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith("error: training diverged in epoch 1"), lines
+    assert not list(tmp_path.rglob("model.pt")) and not list(tmp_path.rglob("metadata.json"))
+
+
+def test_list_into_a_closed_pipe_ends_without_a_traceback():
+    """``list | head -1``: the reader goes away before the listing is written."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pondernet_tutorial", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    process.stdout.close()  # before the child writes anything: its first print meets a closed pipe
+    stderr = process.stderr.read().decode()
+    process.wait()
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr

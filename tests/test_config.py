@@ -42,17 +42,48 @@ def test_variant_names():
         ({"lambda_p": 1.0}, "lambda_p"),
         ({"lambda_p": 0.0}, "lambda_p"),
         ({"beta": -1.0}, "beta"),
-        ({"tau": -1.0}, "tau"),
-        ({"epsilon": 1.0}, "epsilon"),
+        ({"method": "act", "tau": -1.0}, "tau"),
+        ({"method": "act", "epsilon": 1.0}, "epsilon"),
         ({"epochs": 0}, "epochs"),
         ({"max_steps": 2.5}, "max_steps"),
         ({"lr": 0.0}, "lr"),
-        ({"experiment": "cifar"}, "unknown experiment"),
-        ({"method": "guess"}, "unknown method"),
+        ({"experiment": "cifar"}, "experiment must be one of mnist-interpolation"),
+        ({"method": "guess"}, "method must be one of pondernet, act, fixed"),
         ({"kl_direction": "sideways"}, "kl_direction"),
         ({"logger": "paper"}, "logger"),
         ({"precision": "8-bit"}, "precision"),
         ({"seed": -1}, "seed"),
+        # non-finite numbers are refused, never trained on
+        ({"lr": float("inf")}, "lr must be a finite number"),
+        ({"lr": float("nan")}, "lr must be a finite number"),
+        ({"halting_bias": float("nan")}, "halting_bias must be a finite number"),
+        ({"method": "act", "halting_bias": float("-inf")}, "halting_bias must be a finite number"),
+        ({"grad_clip": float("inf")}, "grad_clip must be a finite number"),
+        ({"beta": float("inf")}, "beta must be a finite number"),
+        ({"lr_factor": 2.0}, r"lr_factor must lie in \(0, 1\)"),
+        ({"lr_factor": 0.0}, r"lr_factor must lie in \(0, 1\)"),
+        ({"lr_patience": -1}, "lr_patience must be >= 0"),
+        ({"stop_at_val_acc": 1.5}, r"stop_at_val_acc must lie in \[0, 1\]"),
+        ({"epochs": True}, "epochs must be an integer"),
+        ({"step": "nope"}, "step must be one of mnist_mlp, .* or an import path module:Class"),
+        # the step function's options, from its declaration in steps.STEP_OPTIONS, and the experiment's data
+        ({"step_options": {"bogus": 1}}, "unknown step option 'bogus' for step function mnist_mlp"),
+        ({"step_options": {"hidden_size": "abc"}}, "hidden_size must be an integer, got 'abc'"),
+        ({"step_options": {"hidden_size": -4}}, "hidden_size must be >= 1"),
+        ({"step_options": {"hidden_size": 2.5}}, "hidden_size must be an integer, got 2.5"),
+        ({"step_options": {"dropout": 2}}, r"dropout must lie in \[0, 1\)"),
+        ({"step_options": {"dropout": float("nan")}}, "dropout must be a finite number"),
+        (
+            {"experiment": "parity-interpolation", "step_options": {"n_elements": 8}},
+            "n_elements=8 does not fit the data of parity-interpolation",
+        ),
+        # where and how a run trains
+        ({"accelerator": "bogus"}, "accelerator must be one of"),
+        ({"strategy": "bogus"}, "strategy must be auto or one of Lightning's strategies"),
+        ({"devices": "abc"}, "devices must be auto, a count >= 1"),
+        ({"devices": -1}, "devices must be auto, a count >= 1"),
+        ({"devices": "-1"}, "devices must be auto, a count >= 1"),
+        ({"devices": 0}, "devices must be auto, a count >= 1"),
     ],
 )
 def test_bad_values(kwargs, message):
@@ -75,3 +106,117 @@ def test_mismatch_names_the_fields():
             {**TrainConfig().identity(), "beta": 0.1, "lambda_p": 0.3}, TrainConfig().identity(), "the run"
         )
     check_same_identity(TrainConfig().identity(), TrainConfig().identity(), "the run")
+
+
+def test_checked_values_are_normalised():
+    assert TrainConfig(devices="2", accelerator="cpu").devices == 2
+    assert TrainConfig(devices="0,1", accelerator="gpu").devices == [0, 1]
+    assert TrainConfig(max_steps=4.0).max_steps == 4 and isinstance(TrainConfig(lr=1).lr, float)
+    assert TrainConfig(step_options={"dropout": 0}).step_options["dropout"] == 0.0
+    assert TrainConfig(experiment="parity-interpolation", step_options={"n_elements": 16}).step_options == {
+        "n_elements": 16,
+        "hidden_size": 64,
+    }
+    assert TrainConfig(strategy="ddp", accelerator="cpu").strategy == "ddp"
+    path = (
+        "pondernet_tutorial.steps.parity:ParityStep"  # a step function by import path: its options unchecked
+    )
+    assert (
+        TrainConfig(experiment="parity-interpolation", step=path, step_options={"n_elements": 16}).step
+        == path
+    )
+
+
+def test_more_cpu_devices_than_cores_are_refused(monkeypatch):
+    import os
+
+    import torch
+
+    cores = os.cpu_count()
+    with pytest.raises(ValueError, match=f"this machine has {cores} cores"):
+        TrainConfig(accelerator="cpu", devices=cores + 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=f"this machine has {cores} cores"):
+        TrainConfig(devices=cores + 1)  # auto, without a GPU: the CPU
+    with pytest.raises(ValueError, match="on the CPU devices is a count"):
+        TrainConfig(accelerator="cpu", devices="0,1")
+    assert TrainConfig(accelerator="cpu", devices=cores).devices == cores
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert TrainConfig(devices=cores + 1).devices == cores + 1  # a GPU machine: Lightning counts the GPUs
+
+
+def test_each_range_check_lives_in_one_function():
+    """The configuration, the command line and the classes check a range with the same function."""
+    from pondernet_tutorial import halting, losses, options
+    from pondernet_tutorial.methods import METHOD_OPTIONS, act
+
+    assert METHOD_OPTIONS["pondernet"]["lambda_p"].check is options.check_lambda_p is halting.check_lambda_p
+    assert METHOD_OPTIONS["pondernet"]["beta"].check is options.check_beta is losses.check_beta
+    assert METHOD_OPTIONS["pondernet"]["kl_direction"].check is options.check_kl_direction
+    assert losses.check_kl_direction is options.check_kl_direction
+    assert METHOD_OPTIONS["act"]["tau"].check is options.check_tau is act.check_tau
+    assert METHOD_OPTIONS["act"]["epsilon"].check is options.check_epsilon is act.check_epsilon
+    with pytest.raises(ValueError) as from_config:
+        TrainConfig(lambda_p=1.5)
+    with pytest.raises(ValueError) as from_loss:
+        losses.PonderLoss(lambda_p=1.5, max_steps=20)
+    assert str(from_config.value) == str(from_loss.value)
+
+
+def test_each_declared_option_reaches_its_class_with_the_declared_default():
+    """A method's options are its constructor's keywords, with the same defaults; a step function's
+    declared options are exactly its constructor's keywords besides n_classes."""
+    import inspect
+
+    from pondernet_tutorial.methods import METHOD_OPTIONS, method_class
+    from pondernet_tutorial.steps import STEP_OPTIONS, STEPS, step_class
+
+    for method, declared in METHOD_OPTIONS.items():
+        parameters = inspect.signature(method_class(method).__init__).parameters
+        for name, option in declared.items():
+            assert name in parameters and parameters[name].default == option.default, (method, name)
+    assert set(STEP_OPTIONS) == set(STEPS)
+    for step, declared in STEP_OPTIONS.items():
+        parameters = set(inspect.signature(step_class(step).__init__).parameters) - {"self", "n_classes"}
+        assert set(declared) == parameters, step
+
+
+def test_an_option_is_added_in_one_place():
+    """A method option declared in methods.METHOD_OPTIONS alone becomes a field, a flag with its help and
+    per-method default, part of the identity of that method's runs, checked, and passed to the class."""
+    import subprocess
+    import sys
+
+    script = """
+from pondernet_tutorial.methods import METHOD_OPTIONS
+from pondernet_tutorial.options import Option, at_least, between
+METHOD_OPTIONS["pondernet"]["eval_max_steps"] = Option(int, 40, "steps at evaluation", check=at_least(1))
+METHOD_OPTIONS["pondernet"]["epsilon"] = Option(float, 0.05, "truncation of the unroll", check=between(0, 1))
+from pondernet_tutorial.__main__ import build_parser
+from pondernet_tutorial.config import DEFAULTS, TrainConfig
+assert "eval_max_steps" in DEFAULTS and "epsilon" not in DEFAULTS  # the methods' defaults of ε differ
+help = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
+assert "--eval-max-steps" in help and "steps at evaluation [default: 40]" in help, help
+assert "[default: pondernet: 0.05; act: 0.01]" in " ".join(help.split()), help
+ponder, act = TrainConfig(), TrainConfig(method="act")
+assert (ponder.eval_max_steps, ponder.epsilon, act.epsilon, act.eval_max_steps) == (40, 0.05, 0.01, None)
+assert ponder.method_options()["eval_max_steps"] == 40 and "eval_max_steps" not in act.method_options()
+assert "eval_max_steps" in ponder.identity() and "eval_max_steps" not in act.identity()
+assert TrainConfig(eval_max_steps=50).variant.endswith("eval_max_steps=50")
+try:
+    TrainConfig(eval_max_steps=0)
+except ValueError as error:
+    assert "eval_max_steps must be >= 1" in str(error)
+else:
+    raise AssertionError("eval_max_steps=0 accepted")
+try:
+    TrainConfig(epsilon=0.0)
+except ValueError as error:
+    assert "epsilon must lie in (0, 1)" in str(error)
+else:
+    raise AssertionError("epsilon=0 accepted")
+print("ok")
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.stdout.strip() == "ok", result.stderr

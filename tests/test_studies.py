@@ -1,5 +1,7 @@
 """Studies: their runs, quick subsets, shared run folders, and what is shipped."""
 
+import json
+
 import pytest
 
 from pondernet_tutorial.studies import STUDIES, get_study, prune_for_shipping
@@ -56,7 +58,7 @@ def test_a_rerun_that_trains_nothing_keeps_the_sweeps_wall_time(tmp_path, monkey
         studies, "run_one", lambda c, *a: {"run_dir": str(c.run_dir), "seconds": seconds["value"]}
     )
 
-    def write(study, root, quick, **info):
+    def write(study, root, quick, configs=None, **info):
         folder = root / "studies" / study.name
         folder.mkdir(parents=True, exist_ok=True)
         record = {"quick": quick, "n_runs": len(study.configs(quick)), **info}
@@ -70,3 +72,56 @@ def test_a_rerun_that_trains_nothing_keeps_the_sweeps_wall_time(tmp_path, monkey
     seconds["value"] = 0.0  # everything reused: the record of the sweep stays
     studies.reproduce(["mnist-refine"], output_dir=tmp_path)
     assert written[-1]["run_seconds"] == 21.0 and written[-1]["command_wall_time_s"] == sweep
+
+
+def _fake_run(config, *args):
+    """A run's folder as training and evaluation leave it, without training: its record and tables."""
+    config.run_dir.mkdir(parents=True, exist_ok=True)
+    (config.run_dir / "metadata.json").write_text(
+        json.dumps({"identity": config.identity(), "epochs_run": 1})
+    )
+    tables = {
+        "summary.csv": "set,accuracy\ntest,1\n",
+        "per_step.csv": "set,step,accuracy\ntest,1,1\n",
+        "per_class.csv": "set,label\ntest,1\n",
+    }
+    for name, text in tables.items():
+        (config.run_dir / name).write_text(text)
+    return {"run_dir": str(config.run_dir), "seconds": 1.0}
+
+
+def test_reproduce_builds_its_plan_once_with_the_shared_options(tmp_path, monkeypatch):
+    """``reproduce(precision=...)`` trains into ``...-precision=bf16-mixed`` folders; the study's tables and
+    its wall-time record must name those runs, not the runs without the shared option (a KeyError before
+    the plan was built once)."""
+    from pondernet_tutorial import studies
+
+    trained = []
+    monkeypatch.setattr(studies, "run_one", lambda c, *a: trained.append(c) or _fake_run(c))
+    tables = studies.reproduce(["mnist-refine"], output_dir=tmp_path, quick=True, precision="bf16-mixed")
+    assert len(trained) == 1 and "precision=bf16-mixed" in trained[0].variant
+    runs = tables["mnist-refine"]["runs"]
+    assert list(runs["path"]) == [trained[0].run_dir.relative_to(tmp_path).as_posix()]
+    record = json.loads((tmp_path / "studies" / "mnist-refine" / "study.json").read_text())
+    assert record["run_seconds"] == 1.0 and record["n_runs"] == 1
+
+
+def test_reproduce_on_the_command_line_with_a_shared_option(tmp_path, monkeypatch):
+    from pondernet_tutorial import studies
+    from pondernet_tutorial.__main__ import main
+
+    monkeypatch.setattr(studies, "run_one", lambda c, *a: _fake_run(c))
+    args = ["reproduce", "--study", "mnist-refine", "--quick", "--output-dir", str(tmp_path)]
+    assert main([*args, "--precision", "bf16-mixed", "--devices", "1", "--accelerator", "cpu"]) == 0
+    runs = (tmp_path / "studies" / "mnist-refine" / "runs.csv").read_text()
+    assert "precision=bf16-mixed" in runs
+
+
+def test_shipping_prunes_the_planned_runs(tmp_path):
+    reference = STUDIES["mnist-reference"]
+    plan = {reference.name: reference.configs(output_dir=str(tmp_path), precision="bf16-mixed")}
+    for config in plan[reference.name]:
+        config.run_dir.mkdir(parents=True)
+        (config.run_dir / "logs").mkdir()
+    prune_for_shipping([reference], tmp_path, plan)
+    assert all(not (c.run_dir / "logs").exists() for c in plan[reference.name])

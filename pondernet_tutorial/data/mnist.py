@@ -171,6 +171,8 @@ class RotationSpec:
     def __post_init__(self):
         if self.mode not in ("exact", "uniform"):
             raise ValueError(f"rotation mode must be 'exact' or 'uniform', got {self.mode!r}.")
+        if not math.isfinite(self.degrees):
+            raise ValueError(f"a rotation's angle must be a finite number of degrees, got {self.degrees}.")
         if self.mode == "uniform" and self.degrees < 0:
             raise ValueError(f"a uniform rotation's half-range must be >= 0, got {self.degrees}.")
 
@@ -235,9 +237,9 @@ class MNISTDataModule(L.LightningDataModule):
         super().__init__()
         self.seed = int(seed)
         self.batch_size = check_batch_size(batch_size)
-        if not train_rotation >= 0:
+        if not 0 <= train_rotation < math.inf:
             raise ValueError(
-                f"train_rotation is a half-range in degrees and must be >= 0, got {train_rotation}."
+                f"train_rotation is a half-range in degrees and must be finite and >= 0, got {train_rotation}."
             )
         self.data_dir = data_dir
         self.train_rotation = float(train_rotation)

@@ -7,10 +7,24 @@
 
 A new halting method is a ``PonderingMethod`` subclass in a module of its own here, added to
 :data:`METHODS` under the name that configurations, run folders and checkpoints use, and to
-:data:`METHOD_OPTIONS` with the configuration fields it takes.
+:data:`METHOD_OPTIONS` with the options its constructor takes (besides ``max_steps``). Each option is
+declared there once (type, default, help, range check): it becomes a field of
+:class:`~pondernet_tutorial.config.TrainConfig` and a flag of the command line, and two methods may
+share a name with different defaults (``--epsilon`` is then each method's own).
 """
 
 from __future__ import annotations
+
+from ..options import (
+    KL_DIRECTIONS,
+    Option,
+    check_beta,
+    check_epsilon,
+    check_finite,
+    check_kl_direction,
+    check_lambda_p,
+    check_tau,
+)
 
 # Import paths, resolved when used: listing the names imports no PyTorch (fast --help).
 METHODS: dict[str, str] = {
@@ -19,12 +33,41 @@ METHODS: dict[str, str] = {
     "fixed": "pondernet_tutorial.methods.fixed:FixedSteps",
 }
 
-# The configuration fields each method takes (besides max_steps), and the ones its run folders name.
-METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
-    "pondernet": ("lambda_p", "beta", "kl_direction", "renormalize_prior", "halting_bias"),
-    "act": ("tau", "epsilon", "halting_bias"),
-    "fixed": (),
+_HALTING_BIAS = Option(
+    float,
+    None,
+    "initial bias of the halting layer (none: PyTorch's initialisation)",
+    check=check_finite,
+    optional=True,
+)
+# The options of each method's constructor besides max_steps, keyword by keyword.
+METHOD_OPTIONS: dict[str, dict[str, Option]] = {
+    "pondernet": {
+        "lambda_p": Option(
+            float, 0.2, "λ_p of the geometric prior, in (0, 1); its mean is 1/λ_p steps", check=check_lambda_p
+        ),
+        "beta": Option(float, 0.01, "β, weight of the KL regularisation, >= 0", check=check_beta),
+        "kl_direction": Option(
+            str,
+            "p_prior",
+            "p_prior = the paper's KL(p || p_G); prior_p = KL(p_G || p) as in the article's, labml's and "
+            "mildlyoverfitted's code",
+            choices=KL_DIRECTIONS,
+            check=check_kl_direction,
+        ),
+        "renormalize_prior": Option(bool, False, "renormalise the truncated geometric prior to sum to 1"),
+        "halting_bias": _HALTING_BIAS,
+    },
+    "act": {
+        "tau": Option(float, 1e-3, "τ, weight of the ponder cost, >= 0", check=check_tau),
+        "epsilon": Option(
+            float, 0.01, "ε, a sample halts once its halting units sum to 1 − ε", check=check_epsilon
+        ),
+        "halting_bias": _HALTING_BIAS,
+    },
+    "fixed": {},
 }
+# The options each method's run folders always name.
 NAMED_IN_FOLDER: dict[str, tuple[str, ...]] = {
     "pondernet": ("lambda_p", "beta"),
     "act": ("tau",),

@@ -26,24 +26,8 @@ import torch
 from torch import Tensor
 
 from ..losses import per_sample_loss
+from ..options import check_epsilon, check_tau  # the ranges of ε and τ, declared once there
 from .base import HaltingRule, PonderingMethod, PonderOutput, halting_steps, unroll
-
-
-def check_epsilon(epsilon: float) -> float:
-    """ε must lie in (0, 1): the halting threshold is 1 − ε."""
-    epsilon = float(epsilon)
-    if not 0.0 < epsilon < 1.0:
-        raise ValueError(
-            f"epsilon must lie strictly between 0 and 1 (ACT halts at Σh ≥ 1 − ε), got {epsilon}."
-        )
-    return epsilon
-
-
-def check_tau(tau: float) -> float:
-    """τ must be ≥ 0: it weighs the ponder cost."""
-    if not float(tau) >= 0:
-        raise ValueError(f"tau must be >= 0, got {tau}: it weighs ACT's ponder cost (0 turns it off).")
-    return float(tau)
 
 
 class ACTHalting(HaltingRule):

@@ -6,10 +6,15 @@
 
 A new step function is a :class:`~.base.StepFunction` subclass, written in the module of its task (or a
 new one here) and added to :data:`STEPS` under the name that configurations and checkpoints use. Its
-constructor takes ``n_classes`` and its own options as keywords.
+constructor takes ``n_classes`` and its own options as keywords, each declared in :data:`STEP_OPTIONS`
+(type, help, range check), which ``--step-option KEY=VALUE`` and
+:class:`~pondernet_tutorial.config.TrainConfig` check before anything is trained. An option named like
+one of the experiment's data options (parity's ``n_elements``) must equal it.
 """
 
 from __future__ import annotations
+
+from ..options import Option, at_least, between
 
 # Import paths, resolved when used: listing the names imports no PyTorch (fast --help).
 STEPS: dict[str, str] = {
@@ -17,6 +22,25 @@ STEPS: dict[str, str] = {
     "mnist_refine": "pondernet_tutorial.steps.mnist:MNISTRefineStep",
     "mnist_cnn": "pondernet_tutorial.steps.mnist:MNISTPlainStep",
     "parity_gru": "pondernet_tutorial.steps.parity:ParityStep",
+}
+
+_HIDDEN_SIZE = Option(
+    int, help="units of the hidden state and of the layers before the heads", check=at_least(1)
+)
+_EMBEDDING_SIZE = Option(int, help="size of the CNN's embedding", check=at_least(1))
+_DROPOUT = Option(
+    float, help="Dropout2d probability in the CNN, in [0, 1)", check=between(0, 1, closed="left")
+)
+# The keyword options of each step function's constructor (besides n_classes); their defaults are the
+# constructor's, or the experiment's step_options for its default step function.
+STEP_OPTIONS: dict[str, dict[str, Option]] = {
+    "mnist_mlp": {"hidden_size": _HIDDEN_SIZE, "embedding_size": _EMBEDDING_SIZE, "dropout": _DROPOUT},
+    "mnist_refine": {"hidden_size": _HIDDEN_SIZE, "dropout": _DROPOUT},
+    "mnist_cnn": {"embedding_size": _EMBEDDING_SIZE, "dropout": _DROPOUT},
+    "parity_gru": {
+        "n_elements": Option(int, help="length of the input vectors (the experiment's)", check=at_least(1)),
+        "hidden_size": _HIDDEN_SIZE,
+    },
 }
 
 
