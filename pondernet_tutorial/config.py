@@ -334,7 +334,15 @@ class TrainConfig:
         )
         if self.lr_schedule != "plateau":
             unused |= {"lr_patience", "lr_factor"}
-        return {k: v for k, v in values.items() if k not in unused and option(k, self.method).identity}
+        kept = {}
+        for name, value in values.items():
+            declared = option(name, self.method) if name not in unused else None
+            if declared is None or not declared.identity:
+                continue
+            if declared.omitted_at_default and value == declared.default:
+                continue  # an option newer than the shipped runs, at its default: as if absent
+            kept[name] = value
+        return kept
 
     @property
     def variant(self) -> str:
@@ -347,7 +355,10 @@ class TrainConfig:
         defaults["step_options"] = step_defaults.step_options
         named = list(NAMED_IN_FOLDER[self.method])
         skip = {"experiment", "method", "seed", "quick", *named}
-        different = [k for k in mine if k not in skip and mine[k] != defaults[k]]
+        # (an option left out of the defaults' identity holds its declared default there)
+        different = [
+            k for k in mine if k not in skip and mine[k] != defaults.get(k, option(k, self.method).default)
+        ]
         parts = [self.method] + [f"{k}={_slug(mine[k])}" for k in named + different]
         if self.quick:
             parts.append("quick")

@@ -45,14 +45,14 @@ def evaluate_set(
     model.eval()
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
-    prior = model.halting_prior()
+    prior = model.halting_prior(model.eval_steps)
     frames, correct_by_step = [], []
     for start in range(0, len(eval_set.labels), batch_size):
         x = eval_set.inputs[start : start + batch_size].to(device)
         y = eval_set.labels[start : start + batch_size].to(device)
         if not x.is_floating_point():
             x = x.float() / 255.0
-        out = model.fit_forward(x)
+        out = model.evaluation_forward(x)
         out.halt_step = model.inference_halt_step(out, generator)
         logits = out.prediction_logits.float()
         log_probs = torch.log_softmax(logits, dim=-1)

@@ -148,8 +148,9 @@ class PonderLitModule(L.LightningModule):
         return self.model.predict(x, generator=generator)
 
     # ------------------------------------------------------------------ one shared step
-    def _fit_losses(self, x, y) -> tuple[PonderOutput, dict[str, Tensor]]:
-        out = self.model.fit_forward(x)
+    def _fit_losses(self, x, y, evaluation: bool = False) -> tuple[PonderOutput, dict[str, Tensor]]:
+        """The unroll (training's, or the evaluation's budget) and the method's loss."""
+        out = self.model.evaluation_forward(x) if evaluation else self.model.fit_forward(x)
         return out, self.model.loss(out, y)
 
     def _training_values(self, x, y) -> dict[str, Tensor]:
@@ -166,7 +167,7 @@ class PonderLitModule(L.LightningModule):
     def _evaluation_values(self, x, y, generator) -> dict[str, Tensor]:
         """A validation or test batch's loss terms and, per sample, the correctness of the answer at
         the halting step that inference takes (PonderNet's coins drawn from ``generator``)."""
-        out, losses = self._fit_step(x, y)
+        out, losses = self._fit_step(x, y, evaluation=True)
         out.halt_step = self.model.inference_halt_step(out, generator)  # the steps inference would take
         correct = (out.prediction_logits.argmax(-1) == y).to(torch.float32)
         return {

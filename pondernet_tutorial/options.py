@@ -38,6 +38,8 @@ class Option:
         identity: the option changes the trained model (part of the run's identity and folder name);
             False for where and how fast a run trains (device, folders, logger, compilation).
         reproduce: also an option of ``reproduce``, shared by every run it trains.
+        omitted_at_default: left out of a run's identity while it holds its declared default: an option
+            added after runs were shipped, whose recorded identities (without it) stay valid.
     """
 
     type: type = float
@@ -48,6 +50,7 @@ class Option:
     optional: bool = False
     identity: bool = True
     reproduce: bool = False
+    omitted_at_default: bool = False
 
     def validate(self, name: str, value: Any) -> Any:
         """``value`` checked (type, range, choices) and normalised (an integral float becomes an int, an

@@ -67,24 +67,70 @@ _MNIST = dict(
     evaluation={"sweep": "full"},
     group_by=("set", "mode", "degrees"),
 )
-PARITY_ELEMENTS = 16
-_PARITY = dict(
+PARITY_ELEMENTS = 16  # labml's set-up, as the book's first parity runs use it (labml's own code: 8)
+_PARITY_BASE = dict(
     datamodule=PARITY_DATA,
-    step="parity_gru",
-    step_options={"n_elements": PARITY_ELEMENTS, "hidden_size": 64},
     n_classes=2,
-    defaults={
-        "lr": 3e-4,
-        "grad_clip": 1.0,
-        "epochs": 80,
-        "lr_schedule": "constant",
-        "early_stopping_patience": 20,
-        "stop_at_val_acc": 0.999,
-        "compile": True,
-    },
     quick={"epochs": 2, "train_subset": 2560, "limit": 50},
     group_by=("set", "k"),
 )
+# labml's set-up: a GRU of 64 units, gradients clipped at 1, Adam 3e-4, λ_p = 0.2.
+_LABML_DEFAULTS = {
+    "lr": 3e-4,
+    "grad_clip": 1.0,
+    "epochs": 80,
+    "lr_schedule": "constant",
+    "early_stopping_patience": 20,
+    "stop_at_val_acc": 0.999,
+    "compile": True,
+}
+# The paper's set-up (Banino et al. 2021, §2.3, §3.1, appendix B.1): a simple RNN of 128 tanh units,
+# Adam 3e-4, batch 128, N = 20, β = 0.01, λ_p = 0.1 (its figure 2c), N in training by the ε rule with
+# ε = 0.05, no step limit at evaluation (here a budget of PAPER_EVAL_STEPS). What the paper does not
+# state is this package's choice: no gradient clipping, the training budget, the remaining mass on
+# the last step.
+PAPER_EVAL_STEPS = 100
+_PAPER_DEFAULTS = {
+    **_LABML_DEFAULTS,
+    "grad_clip": 0.0,
+    "lambda_p": 0.1,
+    "beta": 0.01,
+    "train_epsilon": 0.05,
+    "eval_max_steps": PAPER_EVAL_STEPS,
+}
+
+
+def parity_experiments(name: str, n_elements: int, setup: str, settings=("interpolation", "extrapolation")):
+    """The parity experiments of one set-up (``"labml"`` or ``"paper"``) and vector length: interpolation
+    (1 to n non-zero entries in training and test) and extrapolation (trained on 1 to n/2, tested on
+    n/2 + 1 to n)."""
+    step = {"labml": ("parity_gru", 64, _LABML_DEFAULTS), "paper": ("parity_rnn", 128, _PAPER_DEFAULTS)}
+    step_name, hidden, defaults = step[setup]
+    who = {"labml": "labml's GRU", "paper": "the paper's tanh RNN"}[setup]
+    half = n_elements // 2
+    options = {
+        "interpolation": (
+            f"{n_elements}-element vectors, 1 to {n_elements} non-zeros in training and test",
+            {"train_k": (1, n_elements)},
+        ),
+        "extrapolation": (
+            f"{n_elements}-element vectors, trained on 1 to {half} non-zeros, tested on {half + 1} to {n_elements}",
+            {"train_k": (1, half), "test_k": (half + 1, n_elements)},
+        ),
+    }
+    return [
+        Experiment(
+            f"{name}-{setting}",
+            f"parity ({who}) of {options[setting][0]}",
+            data_options={"n_elements": n_elements, **options[setting][1]},
+            step=step_name,
+            step_options={"n_elements": n_elements, "hidden_size": hidden},
+            defaults=dict(defaults),
+            **_PARITY_BASE,
+        )
+        for setting in settings
+    ]
+
 
 EXPERIMENTS: dict[str, Experiment] = {
     e.name: e
@@ -101,23 +147,12 @@ EXPERIMENTS: dict[str, Experiment] = {
             data_options={"train_rotation": 22.5},
             **_MNIST,
         ),
-        Experiment(
-            "parity-interpolation",
-            f"parity of {PARITY_ELEMENTS}-element vectors, 1 to {PARITY_ELEMENTS} non-zeros in training and test",
-            data_options={"n_elements": PARITY_ELEMENTS, "train_k": (1, PARITY_ELEMENTS)},
-            **_PARITY,
-        ),
-        Experiment(
-            "parity-extrapolation",
-            f"parity of {PARITY_ELEMENTS}-element vectors, trained on 1 to {PARITY_ELEMENTS // 2} non-zeros, "
-            f"tested on {PARITY_ELEMENTS // 2 + 1} to {PARITY_ELEMENTS}",
-            data_options={
-                "n_elements": PARITY_ELEMENTS,
-                "train_k": (1, PARITY_ELEMENTS // 2),
-                "test_k": (PARITY_ELEMENTS // 2 + 1, PARITY_ELEMENTS),
-            },
-            **_PARITY,
-        ),
+        *parity_experiments("parity", PARITY_ELEMENTS, "labml"),
+        *parity_experiments("parity-paper16", 16, "paper"),
+        *parity_experiments("parity-paper32", 32, "paper"),
+        # the paper's sizes (for a GPU): 64 elements for interpolation, 96 for extrapolation
+        *parity_experiments("parity-paper64", 64, "paper", ("interpolation",)),
+        *parity_experiments("parity-paper96", 96, "paper", ("extrapolation",)),
     ]
 }
 

@@ -191,25 +191,25 @@ def test_an_option_is_added_in_one_place():
     script = """
 from pondernet_tutorial.methods import METHOD_OPTIONS
 from pondernet_tutorial.options import Option, at_least, between
-METHOD_OPTIONS["pondernet"]["eval_max_steps"] = Option(int, 40, "steps at evaluation", check=at_least(1))
+METHOD_OPTIONS["pondernet"]["example_budget"] = Option(int, 40, "steps at evaluation", check=at_least(1))
 METHOD_OPTIONS["pondernet"]["epsilon"] = Option(float, 0.05, "truncation of the unroll", check=between(0, 1))
 from pondernet_tutorial.__main__ import build_parser
 from pondernet_tutorial.config import DEFAULTS, TrainConfig
-assert "eval_max_steps" in DEFAULTS and "epsilon" not in DEFAULTS  # the methods' defaults of ε differ
+assert "example_budget" in DEFAULTS and "epsilon" not in DEFAULTS  # the methods' defaults of ε differ
 help = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
-assert "--eval-max-steps" in help and "steps at evaluation [default: 40]" in help, help
+assert "--example-budget" in help and "steps at evaluation [default: 40]" in help, help
 assert "[default: pondernet: 0.05; act: 0.01]" in " ".join(help.split()), help
 ponder, act = TrainConfig(), TrainConfig(method="act")
-assert (ponder.eval_max_steps, ponder.epsilon, act.epsilon, act.eval_max_steps) == (40, 0.05, 0.01, None)
-assert ponder.method_options()["eval_max_steps"] == 40 and "eval_max_steps" not in act.method_options()
-assert "eval_max_steps" in ponder.identity() and "eval_max_steps" not in act.identity()
-assert TrainConfig(eval_max_steps=50).variant.endswith("eval_max_steps=50")
+assert (ponder.example_budget, ponder.epsilon, act.epsilon, act.example_budget) == (40, 0.05, 0.01, None)
+assert ponder.method_options()["example_budget"] == 40 and "example_budget" not in act.method_options()
+assert "example_budget" in ponder.identity() and "example_budget" not in act.identity()
+assert TrainConfig(example_budget=50).variant.endswith("example_budget=50")
 try:
-    TrainConfig(eval_max_steps=0)
+    TrainConfig(example_budget=0)
 except ValueError as error:
-    assert "eval_max_steps must be >= 1" in str(error)
+    assert "example_budget must be >= 1" in str(error)
 else:
-    raise AssertionError("eval_max_steps=0 accepted")
+    raise AssertionError("example_budget=0 accepted")
 try:
     TrainConfig(epsilon=0.0)
 except ValueError as error:

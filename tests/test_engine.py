@@ -34,10 +34,15 @@ from pondernet_tutorial.methods.base import halting_steps, unroll
 from pondernet_tutorial.methods.pondernet import BernoulliHalting, ThresholdHalting
 from pondernet_tutorial.steps.base import StepFunction
 
-METHODS = {
-    "pondernet": {"max_steps": 5, "lambda_p": 0.3},
-    "act": {"max_steps": 5, "tau": 0.01, "halting_bias": -1.0},
-    "fixed": {"max_steps": 3},
+METHODS = {  # name: (method, options)
+    "pondernet": ("pondernet", {"max_steps": 5, "lambda_p": 0.3}),
+    "pondernet-paper": (
+        "pondernet",
+        {"max_steps": 5, "lambda_p": 0.3, "train_epsilon": 0.05, "eval_max_steps": 8},
+    ),
+    "pondernet-frozen": ("pondernet", {"max_steps": 5, "lambda_p": 0.3, "learn_halting": False}),
+    "act": ("act", {"max_steps": 5, "tau": 0.01, "halting_bias": -1.0, "eval_max_steps": 8}),
+    "fixed": ("fixed", {"max_steps": 3}),
 }
 
 
@@ -75,14 +80,15 @@ def test_rules_decide_at_once_as_the_loop_does(name):
     assert early.float().std() > 0.5  # the steps vary: the agreement is not trivial
 
 
-def parity_module(method, seed=0, **kwargs):
+def parity_module(name, seed=0, **kwargs):
     torch.manual_seed(seed)
+    method, options = METHODS[name]
     return PonderLitModule(
         "parity_gru",
         2,
         method=method,
         step_options={"n_elements": 8, "hidden_size": 16},
-        method_options=METHODS[method],
+        method_options=options,
         **kwargs,
     )
 
@@ -138,6 +144,12 @@ def test_training_step_compiles_whole(method):
     torch.testing.assert_close(acc, eager_acc)
     torch.testing.assert_close(halt_step, eager_steps, rtol=1e-4, atol=1e-5)
     assert module.model.step_function.cell.weight_ih.grad.abs().sum() > 0  # the backward ran
+    with torch.no_grad():  # validation's unroll (the evaluation budget) compiles whole too
+        module.eval()
+        evaluation = torch.compile(lambda x, y: module._fit_losses(x, y, evaluation=True)[1], fullgraph=True)
+        torch.testing.assert_close(
+            evaluation(x, y)["loss"], module._fit_losses(x, y, evaluation=True)[1]["loss"]
+        )
 
 
 SYNCING_OPS = ("_local_scalar_dense", "nonzero", "masked_select", "is_nonzero", "unique", "item")
@@ -204,7 +216,7 @@ def fit(module, epochs=2, **trainer_options):
     return trainer
 
 
-@pytest.mark.parametrize("method", ["pondernet", "act"])
+@pytest.mark.parametrize("method", ["pondernet-paper", "act"])
 def test_manual_optimisation_equals_automatic(method):
     """The CUDA-graph path's optimisation by hand (forward, loss, backward, clipping, Adam, the plateau
     schedule), run here without capture, gives the weights of Lightning's automatic optimisation."""

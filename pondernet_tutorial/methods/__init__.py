@@ -18,6 +18,7 @@ from __future__ import annotations
 from ..options import (
     KL_DIRECTIONS,
     Option,
+    at_least,
     check_beta,
     check_epsilon,
     check_finite,
@@ -40,6 +41,15 @@ _HALTING_BIAS = Option(
     check=check_finite,
     optional=True,
 )
+_EVAL_MAX_STEPS = Option(
+    int,
+    None,
+    "the most steps at evaluation and inference (none: max_steps); more than max_steps lets an input use "
+    "more steps than any input did in training, as the paper's evaluation without a limit does",
+    check=at_least(1),
+    optional=True,
+    omitted_at_default=True,
+)
 # The options of each method's constructor besides max_steps, keyword by keyword.
 METHOD_OPTIONS: dict[str, dict[str, Option]] = {
     "pondernet": {
@@ -57,6 +67,24 @@ METHOD_OPTIONS: dict[str, dict[str, Option]] = {
         ),
         "renormalize_prior": Option(bool, False, "renormalise the truncated geometric prior to sum to 1"),
         "halting_bias": _HALTING_BIAS,
+        "train_epsilon": Option(
+            float,
+            None,
+            "the paper's rule for N in training: each sample's halting distribution ends at the first step "
+            "n with Σ_{j≤n} p_j > 1 − ε (the paper: 0.05; the rest of the mass on that step); none: all "
+            "max_steps steps",
+            check=check_epsilon,
+            optional=True,
+            omitted_at_default=True,
+        ),
+        "learn_halting": Option(
+            bool,
+            True,
+            "learn λ_n; false freezes λ_n at λ_p (the control: PonderNet's expected loss without learned "
+            "halting)",
+            omitted_at_default=True,
+        ),
+        "eval_max_steps": _EVAL_MAX_STEPS,
     },
     "act": {
         "tau": Option(float, 1e-3, "τ, weight of the ponder cost, >= 0", check=check_tau),
@@ -64,6 +92,7 @@ METHOD_OPTIONS: dict[str, dict[str, Option]] = {
             float, 0.01, "ε, a sample halts once its halting units sum to 1 − ε", check=check_epsilon
         ),
         "halting_bias": _HALTING_BIAS,
+        "eval_max_steps": _EVAL_MAX_STEPS,
     },
     "fixed": {},
 }

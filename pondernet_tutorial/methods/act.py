@@ -76,9 +76,9 @@ class ACT(PonderingMethod):
         tau: weight τ ≥ 0 of the ponder cost.
         epsilon: ε in (0, 1); a sample halts once its halting units reach ``1 − ε``.
         loss_fn: per-sample task loss (cross-entropy by default), applied to the mean-field output.
-        halting_bias: initial bias of the halting layer. With a zero or positive bias ACT often settles
-            at 1–2 steps; a negative bias (more steps at first) is the known fix. None keeps PyTorch's
-            initialisation (a bias near 0).
+        halting_bias: initial bias of the halting layer (Graves used +1 in all his experiments); None
+            keeps PyTorch's initialisation (a bias near 0).
+        eval_max_steps: the most steps at evaluation and inference (default ``max_steps``).
     """
 
     loss_terms = ("task", "ponder_cost")
@@ -91,8 +91,9 @@ class ACT(PonderingMethod):
         epsilon: float = 0.01,
         loss_fn=None,
         halting_bias: float | None = None,
+        eval_max_steps: int | None = None,
     ):
-        super().__init__(step_function, max_steps, loss_fn, halting_bias)
+        super().__init__(step_function, max_steps, loss_fn, halting_bias, eval_max_steps)
         self.tau = check_tau(tau)
         self.epsilon = check_epsilon(epsilon)
 
@@ -100,16 +101,21 @@ class ACT(PonderingMethod):
         """Inference: each sample stops at its own ``N(x)``; halted samples leave the computation."""
         x = self.inference_input(x)
         logits, halting_logits, halt_step = unroll(
-            self.step_function, x, self.max_steps, ACTHalting(self.epsilon)
+            self.step_function, x, self.eval_steps, ACTHalting(self.epsilon)
         )
         return self._output(logits, halting_logits, halt_step)
 
-    def fit_forward(self, x) -> PonderOutput:
-        """Training: all ``M`` steps for every sample, ``N(x)`` found with tensor operations and every
-        step after it masked (``p_n = 0``); the same loss and gradients as :meth:`forward`."""
-        logits, halting_logits, _ = unroll(self.step_function, x, self.max_steps)
+    def fit_forward(self, x, steps: int | None = None) -> PonderOutput:
+        """Training: all ``M`` steps (or ``steps``) for every sample, ``N(x)`` found with tensor
+        operations and every step after it masked (``p_n = 0``); the same loss and gradients as
+        :meth:`forward`."""
+        logits, halting_logits, _ = unroll(self.step_function, x, steps or self.max_steps)
         halt_step = halting_steps(ACTHalting(self.epsilon), halting_logits)  # N(x), (B,)
         return self._output(logits, halting_logits, halt_step)
+
+    def evaluation_forward(self, x) -> PonderOutput:
+        """As :meth:`fit_forward`, over the evaluation's budget (``N(x) ≤ eval_max_steps``)."""
+        return self.fit_forward(x, self.eval_steps)
 
     def _output(self, logits: Tensor, halting_logits: Tensor, halt_step: Tensor) -> PonderOutput:
         p, remainder = act_weights(halting_logits, halt_step)

@@ -251,13 +251,22 @@ class PonderingMethod(nn.Module):
         max_steps: the most steps ever computed.
         loss_fn: per-sample task loss ``(logits (M, C), targets (M,)) -> (M,)``; cross-entropy by default.
         halting_bias: if given, the initial bias of the step function's ``halting_head``.
+        eval_max_steps: the most steps at evaluation and inference (default ``max_steps``), for the
+            methods that halt by themselves.
     """
 
     loss_terms: tuple[str, ...] = ()  # the named terms of :meth:`loss` besides "loss"
     step_answers: bool = False  # each step's prediction ŷ_n is a possible answer (the per-step tables)
     capturable: bool = True  # fit_forward and loss have fixed shapes and never wait for the device
 
-    def __init__(self, step_function: StepFunction, max_steps: int, loss_fn=None, halting_bias=None):
+    def __init__(
+        self,
+        step_function: StepFunction,
+        max_steps: int,
+        loss_fn=None,
+        halting_bias=None,
+        eval_max_steps: int | None = None,
+    ):
         super().__init__()
         if not all(callable(getattr(step_function, name, None)) for name in ("initial_state", "step")):
             raise TypeError(
@@ -266,6 +275,7 @@ class PonderingMethod(nn.Module):
             )
         self.step_function = step_function
         self.max_steps = check_max_steps(max_steps)
+        self.eval_steps = self.max_steps if eval_max_steps is None else check_max_steps(eval_max_steps)
         self.loss_fn = loss_fn or per_sample_cross_entropy
         if halting_bias is not None:
             init_halting_bias(step_function, halting_bias)
@@ -274,6 +284,11 @@ class PonderingMethod(nn.Module):
         """The full unroll that training, validation and the evaluation run: all ``max_steps`` steps
         for every sample, with each method's halting applied by masking, not by leaving the loop."""
         raise NotImplementedError
+
+    def evaluation_forward(self, x) -> PonderOutput:
+        """The full unroll that validation and the evaluation tables run: as :meth:`fit_forward`, over
+        the evaluation's step budget (``eval_max_steps``) and without training's truncation."""
+        return self.fit_forward(x)
 
     def inference_input(self, x):
         """Check and convert an input given to :meth:`forward`: every floating tensor must be finite,
@@ -302,12 +317,13 @@ class PonderingMethod(nn.Module):
         """``{"loss": ..., **terms}``, scalars averaged over the batch."""
         raise NotImplementedError
 
-    def halting_prior(self) -> Tensor | None:
-        """``(N,)`` the halting distribution the method's regulariser pulls towards, if it has one
-        (PonderNet); the evaluation measures each sample's distance to it."""
+    def halting_prior(self, n_steps: int | None = None) -> Tensor | None:
+        """``(n_steps,)`` the halting distribution the method's regulariser pulls towards, if it has one
+        (PonderNet), over ``n_steps`` steps (default ``max_steps``); the evaluation measures each
+        sample's distance to it."""
         return None
 
     def inference_halt_step(self, out: PonderOutput, generator: torch.Generator | None = None) -> Tensor:
         """The halting steps that inference would take for the batch behind ``out`` (from
-        :meth:`fit_forward`), drawn with ``generator`` where halting is random."""
+        :meth:`evaluation_forward`), drawn with ``generator`` where halting is random."""
         return out.halt_step

@@ -2,7 +2,7 @@
 
 * :mod:`.base`: the :class:`~.base.StepFunction` interface ``(x, h_n) -> (ŷ_n, z_n, h_{n+1})``;
 * :mod:`.mnist`: the book's CNN + MLP, the refining CNN, the plain CNN;
-* :mod:`.parity`: the GRU for the parity task.
+* :mod:`.parity`: the parity task's recurrent cells: the paper's tanh RNN and labml's GRU.
 
 A new step function is a :class:`~.base.StepFunction` subclass, written in the module of its task (or a
 new one here) and added to :data:`STEPS` under the name that configurations and checkpoints use. Its
@@ -22,6 +22,7 @@ STEPS: dict[str, str] = {
     "mnist_refine": "pondernet_tutorial.steps.mnist:MNISTRefineStep",
     "mnist_cnn": "pondernet_tutorial.steps.mnist:MNISTPlainStep",
     "parity_gru": "pondernet_tutorial.steps.parity:ParityStep",
+    "parity_rnn": "pondernet_tutorial.steps.parity:ParityRNNStep",
 }
 
 _HIDDEN_SIZE = Option(
@@ -31,16 +32,18 @@ _EMBEDDING_SIZE = Option(int, help="size of the CNN's embedding", check=at_least
 _DROPOUT = Option(
     float, help="Dropout2d probability in the CNN, in [0, 1)", check=between(0, 1, closed="left")
 )
+_PARITY = {
+    "n_elements": Option(int, help="length of the input vectors (the experiment's)", check=at_least(1)),
+    "hidden_size": _HIDDEN_SIZE,
+}
 # The keyword options of each step function's constructor (besides n_classes); their defaults are the
 # constructor's, or the experiment's step_options for its default step function.
 STEP_OPTIONS: dict[str, dict[str, Option]] = {
     "mnist_mlp": {"hidden_size": _HIDDEN_SIZE, "embedding_size": _EMBEDDING_SIZE, "dropout": _DROPOUT},
     "mnist_refine": {"hidden_size": _HIDDEN_SIZE, "dropout": _DROPOUT},
     "mnist_cnn": {"embedding_size": _EMBEDDING_SIZE, "dropout": _DROPOUT},
-    "parity_gru": {
-        "n_elements": Option(int, help="length of the input vectors (the experiment's)", check=at_least(1)),
-        "hidden_size": _HIDDEN_SIZE,
-    },
+    "parity_gru": _PARITY,
+    "parity_rnn": _PARITY,
 }
 
 
