@@ -102,7 +102,9 @@ class GraphedStep:
         self.static_y = y.clone()
         self.optimizer.zero_grad(set_to_none=True)  # the captured backward allocates the gradients
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):  # records the kernels; nothing runs until a replay
+        # records the kernels; nothing runs until a replay ("thread_local": another thread's pinned-memory
+        # allocation, e.g. a data loader's, is not an error of this capture)
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             self.static_out = self._update(self.static_x, self.static_y)
         self.graph = graph
 
