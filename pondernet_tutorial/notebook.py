@@ -3,8 +3,9 @@ showing figures and numbers both in Jupyter/Colab and in the rendered book.
 
 A notebook loads the shipped, full-budget tables unless asked to train (``TRAIN_FROM_SCRATCH = True``,
 into ``results/notebook``) or unless nothing is shipped. ``PONDERNET_QUICK=1`` (set by CI only) trains
-the study's tiny quick runs into a folder outside the repository instead, so that the training cells
-are executed in CI; their numbers are never what the rendered book shows.
+the study's tiny quick runs into a folder outside the repository instead (``QUICK_DIR``, one per
+checkout), so that the training cells are executed in CI; their numbers are never what the rendered book
+shows.
 
 ``glue`` and ``show`` use myst-nb's ``glue`` when it is installed (the book build) and do without it
 elsewhere (Colab has no myst-nb): a figure appears inline in Jupyter, and once in the book, where the
@@ -13,12 +14,22 @@ cell's own output is removed (tag ``remove-output``) and the ``{glue:figure}`` s
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
 
 QUICK_VARIABLE = "PONDERNET_QUICK"
-QUICK_DIR = Path(tempfile.gettempdir()) / "pondernet_tutorial-quick"  # never inside the repository
+
+
+def checkout_key() -> str:
+    """A short key of the folder this package is imported from (a clone, or an installation), so that
+    the quick runs of two checkouts on one machine never mix."""
+    return hashlib.sha256(str(Path(__file__).resolve().parents[1]).encode()).hexdigest()[:12]
+
+
+# Quick runs: never inside the repository, and one folder per checkout (CI removes only its own).
+QUICK_DIR = Path(tempfile.gettempdir()) / f"pondernet_tutorial-quick-{checkout_key()}"
 NOTEBOOK_DIR = Path("results") / "notebook"
 
 
@@ -50,6 +61,13 @@ def glue(name: str, value) -> None:
     if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
         value = value.item()
     myst_glue(name, value, display=False)
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and the noun in the right number: ``count(1, "run")`` is ``"1 run"``, ``count(3, "run")``
+    ``"3 runs"``; ``plural`` for the irregular ones."""
+    n = int(n)
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def show(name: str, fig) -> None:

@@ -1,5 +1,13 @@
 """Figures of the notebooks: metrics against the rotation angle, halting distributions against the prior,
-metrics against a per-sample quantity (parity's ``k``), with the spread over seeds as a band."""
+metrics against a per-sample quantity (parity's ``k``), with the spread over seeds as a band.
+
+Every figure is drawn for the book's column: :data:`COLUMN_WIDTH` inches wide, panels stacked rather
+than side by side, legends below the panels (:func:`legend_below`), and shown as SVG
+(:func:`use_book_style`), so that it is as sharp in the book as in Jupyter and on Colab and its text is
+read at the size it was set in. Axes of counts (steps, epochs, ``k``) carry integer ticks
+(:func:`integer_ticks`); an axis of steps starts at 0 (:func:`steps_axis`), so that a change of a few
+tenths of a step looks like one.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +15,68 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.ticker import MaxNLocator
 
 from .halting import geometric_prior
 from .registry import get_experiment
+
+# The book's column is about 690 CSS px wide (tools/check_rendering.py measures it); an SVG figure is
+# shown at 96 px per inch, so 6.8 inches (653 px) fit it with a margin.
+COLUMN_WIDTH = 6.8
+PANEL_HEIGHT = 2.9  # inches per stacked panel
+
+
+def use_book_style() -> None:
+    """The notebooks' figure style: seaborn's grid, fonts sized for the column, SVG output inline."""
+    sns.set_theme(context="notebook", style="whitegrid", font_scale=0.85)
+    plt.rcParams.update(
+        {
+            "figure.figsize": (COLUMN_WIDTH, PANEL_HEIGHT),
+            "figure.constrained_layout.use": True,
+            "legend.frameon": False,
+            "svg.fonttype": "path",  # text drawn as outlines: the same in every browser
+        }
+    )
+    try:
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:  # no IPython: figures are saved, not shown inline
+        return
+    set_matplotlib_formats("svg")
+
+
+def column_figure(rows: int = 1, height: float = PANEL_HEIGHT, **subplots):
+    """A figure of ``rows`` panels stacked in the column, each ``height`` inches tall.
+
+    Returns:
+        the figure and a 1-D array of its axes.
+    """
+    fig, axes = plt.subplots(rows, 1, figsize=(COLUMN_WIDTH, height * rows), squeeze=False, **subplots)
+    return fig, axes[:, 0]
+
+
+def integer_ticks(axis) -> None:
+    """Integer ticks only, on an axis of counts (``ax.xaxis`` or ``ax.yaxis``)."""
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def steps_axis(ax, top: float | None = None) -> None:
+    """A y axis of steps from 0 (to ``top``, or a little above the data), with integer ticks."""
+    ax.set_ylim(0, top if top is not None else max(1.0, ax.get_ylim()[1] * 1.05))
+    integer_ticks(ax.yaxis)
+
+
+def legend_below(fig, axes, ncols: int = 2, **options):
+    """One legend for the whole figure, below its panels: every distinct label of ``axes`` once."""
+    handles, labels = {}, []
+    for ax in np.atleast_1d(axes):
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            if label not in handles and not label.startswith("_"):
+                handles[label] = handle
+                labels.append(label)
+    return fig.legend(
+        [handles[label] for label in labels], labels, loc="outside lower center", ncols=ncols, **options
+    )
+
 
 METRIC_LABELS = {
     "accuracy": "test accuracy",
@@ -55,7 +122,8 @@ def plot_against_rotation(summary: pd.DataFrame, metric: str = "accuracy", ax=No
     ax.set_xlabel("rotation angle (°, counter-clockwise positive)")
     ax.set_ylabel(METRIC_LABELS.get(metric, metric))
     ax.set_xticks(range(-180, 181, 45))
-    ax.legend(frameon=False, fontsize="small")
+    if metric in ("halt_step", "expected_steps"):
+        steps_axis(ax)
     return ax
 
 
@@ -75,12 +143,11 @@ def plot_halting_distribution(
     for name, color in zip(sets, colors):
         values = per_sample.loc[per_sample["set"] == name, column].astype(int)
         frequency = np.bincount(values, minlength=max_steps + 1)[1:] / len(values)
-        label = name.replace("rot_pm", "±").replace("rot", "") + "°"
+        label = "rotated by " + name.replace("rot_pm", "±").replace("rot", "") + "°"
         ax.plot(steps, frequency, marker="o", ms=3, color=color, label=label)
     prior = geometric_prior(lambda_p, max_steps, renormalize=True).numpy()
     ax.bar(steps, prior, color="grey", alpha=0.3, label=f"prior p_G(λ_p={lambda_p:g}), renormalised")
     ax.set_xlabel("halting step n")
     ax.set_ylabel("fraction of test samples")
     ax.set_xticks(steps[::2] if max_steps > 10 else steps)
-    ax.legend(frameon=False, fontsize="small", ncol=2)
     return ax

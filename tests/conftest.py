@@ -1,21 +1,17 @@
-import os
-from pathlib import Path
-
 import pytest
 import torch
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+from pondernet_tutorial.data.mnist import MNIST_FILES, MNISTNotFoundError, resolve_data_dir
 
 
 def mnist_available() -> bool:
-    root = Path(os.environ.get("PONDERNET_DATA_DIR", SHARED_DATA))
-    return (root / "MNIST" / "raw" / "train-images-idx3-ubyte").exists()
-
-
-@pytest.fixture(autouse=True)
-def _data_dir(monkeypatch):
-    if "PONDERNET_DATA_DIR" not in os.environ and SHARED_DATA.exists():
-        monkeypatch.setenv("PONDERNET_DATA_DIR", str(SHARED_DATA))
+    """MNIST where the package looks for it (as the notebooks do): $PONDERNET_DATA_DIR, else
+    shared/data beside the clone, else the user cache."""
+    try:
+        raw = resolve_data_dir() / "MNIST" / "raw"
+    except MNISTNotFoundError:
+        return False
+    return all((raw / name).is_file() for name in MNIST_FILES)
 
 
 @pytest.fixture

@@ -152,6 +152,7 @@ def test_data_dir_argument_wins_over_the_variable(monkeypatch, tmp_path):
     assert str(resolve_data_dir("/somewhere/else")) == "/somewhere/else"
     assert resolve_data_dir() == tmp_path
     monkeypatch.delenv(DATA_DIR_VARIABLE)
+    monkeypatch.setattr(mnist, "checkout_data_dir", lambda: None)  # no shared/data beside the clone
     assert resolve_data_dir() == mnist.DEFAULT_DATA_DIR
 
 

@@ -1,8 +1,13 @@
 """The notebooks' helpers: glue without myst-nb (Colab), figures shown once, tables of a study's runs."""
 
+import os
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -59,8 +64,55 @@ def test_tables_of_selected_runs(tmp_path):
     assert len(notebook.select(runs, seed=1)) == 1
 
 
-def test_quick_mode_writes_outside_the_repository():
-    from pathlib import Path
+ROOT = Path(__file__).resolve().parents[1]
 
+
+def python_in(cwd, code: str, pythonpath=ROOT, **env) -> str:
+    """Run ``code`` in a fresh interpreter from ``cwd`` with the package of ``pythonpath``; its output."""
+    environment = {k: v for k, v in os.environ.items() if k != "PONDERNET_DATA_DIR"}
+    environment.update(PYTHONPATH=str(pythonpath), **env)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=environment, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+def test_quick_mode_writes_outside_the_repository():
     repository = Path(__file__).resolve().parents[1]
     assert repository not in notebook.QUICK_DIR.resolve().parents
+
+
+def test_quick_runs_are_kept_apart_per_checkout(tmp_path):
+    """Two clones on one machine get two quick folders; one clone gets the same folder every time."""
+    clone = tmp_path / "another-clone"
+    (clone / "pondernet_tutorial").mkdir(parents=True)
+    for name in ("__init__.py", "notebook.py"):
+        shutil.copy(ROOT / "pondernet_tutorial" / name, clone / "pondernet_tutorial" / name)
+    code = "from pondernet_tutorial.notebook import QUICK_DIR; print(QUICK_DIR)"
+    here = python_in(tmp_path, code)
+    assert here == str(notebook.QUICK_DIR)  # another process, the same checkout
+    there = python_in(tmp_path, code, pythonpath=clone)
+    assert there != here and Path(there).parent == Path(here).parent
+
+
+def test_the_notebooks_find_mnist_as_the_tests_do_from_any_working_directory(monkeypatch):
+    from pondernet_tutorial.data import mnist
+
+    monkeypatch.delenv("PONDERNET_DATA_DIR", raising=False)
+    expected = str(mnist.resolve_data_dir())
+    code = "from pondernet_tutorial.data.mnist import resolve_data_dir; print(resolve_data_dir())"
+    for cwd in (ROOT / "book", ROOT, ROOT / "pondernet_tutorial" / "data"):  # nbmake runs from book/
+        assert python_in(cwd, code) == expected, cwd
+    shared = ROOT.parent / "shared" / "data"
+    if (shared / "MNIST" / "raw" / mnist.MNIST_FILES[0]).is_file():
+        assert expected == str(shared)  # a clone finds shared/data beside it by itself
+
+
+def test_a_relative_data_dir_is_refused_with_what_to_do(monkeypatch):
+    from pondernet_tutorial.data.mnist import RelativeDataDirError, resolve_data_dir
+
+    monkeypatch.setenv("PONDERNET_DATA_DIR", "../shared/data")
+    with pytest.raises(RelativeDataDirError, match="absolute path.*realpath ../shared/data"):
+        resolve_data_dir()
+    monkeypatch.setenv("PONDERNET_DATA_DIR", "/data/mnist")
+    assert resolve_data_dir() == Path("/data/mnist")

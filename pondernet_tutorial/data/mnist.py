@@ -4,9 +4,11 @@ The whole of MNIST fits in memory (47 MB as uint8), so it is loaded once into te
 batches by index: no per-image PIL transform. Rotation is applied to whole batches on the device with
 ``affine_grid``/``grid_sample``, so a rotated epoch costs little more than a plain one.
 
-Where the data lives: the ``data_dir`` argument if given, else the environment variable
-``PONDERNET_DATA_DIR``, else a user cache folder (``~/.cache/pondernet_tutorial``) where torchvision
-downloads MNIST on a machine with internet.
+Where the data lives (:func:`resolve_data_dir`, the one place that decides it, for the package, its
+tests and the notebooks alike): the ``data_dir`` argument if given; else the environment variable
+``PONDERNET_DATA_DIR``, which must be an absolute path; else, when the package runs from a clone of its
+repository, ``shared/data`` beside the clone, if it holds MNIST; else a user cache folder
+(``~/.cache/pondernet_tutorial``) where torchvision downloads MNIST on a machine with internet.
 """
 
 from __future__ import annotations
@@ -46,12 +48,49 @@ class MNISTDamagedError(RuntimeError):
     """An MNIST file is on disk but truncated or corrupt."""
 
 
+class RelativeDataDirError(MNISTNotFoundError):
+    """``PONDERNET_DATA_DIR`` is a relative path."""
+
+
+def checkout_data_dir() -> Path | None:
+    """``shared/data`` beside the clone of the repository that this package is imported from, when it
+    holds MNIST; None for an installed package, or when there is no such folder.
+
+    A clone is recognised by its ``pyproject.toml`` beside the package folder. The folder is found
+    from the package's own location, so it is the same from any working directory (the notebooks run
+    from ``book/``).
+    """
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "pyproject.toml").is_file():
+        return None
+    shared = root.parent / "shared" / "data"
+    return shared if all((shared / "MNIST" / "raw" / name).is_file() for name in MNIST_FILES) else None
+
+
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    """``data_dir`` if given, else ``$PONDERNET_DATA_DIR`` if set, else ``~/.cache/pondernet_tutorial``."""
+    """The folder that holds (or will hold) ``MNIST/raw``: ``data_dir`` if given; else
+    ``$PONDERNET_DATA_DIR`` if set; else :func:`checkout_data_dir` if it finds one; else
+    ``~/.cache/pondernet_tutorial``.
+
+    Raises:
+        RelativeDataDirError: ``$PONDERNET_DATA_DIR`` is relative. Each process would resolve it
+            against its own working directory (nbmake runs the notebooks from ``book/``, the tests run
+            from the repository), so it is refused rather than guessed.
+    """
     if data_dir is not None:
         return Path(data_dir).expanduser()
     env = os.environ.get(DATA_DIR_VARIABLE)
-    return Path(env).expanduser() if env else DEFAULT_DATA_DIR
+    if env:
+        path = Path(env).expanduser()
+        if not path.is_absolute():
+            raise RelativeDataDirError(
+                f"{DATA_DIR_VARIABLE}={env!r} is a relative path, which names another folder in every "
+                f"working directory (the notebooks run from book/): set it to an absolute path, for "
+                f'example export {DATA_DIR_VARIABLE}="$(realpath {env})", or unset it to use '
+                "shared/data beside the clone."
+            )
+        return path
+    return checkout_data_dir() or DEFAULT_DATA_DIR
 
 
 def _split_files(train: bool) -> tuple[str, str]:

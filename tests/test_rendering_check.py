@@ -1,0 +1,69 @@
+"""The Chromium check of the built book (tools/check_rendering.py) passes a clean page and names each
+fault of a broken one: raw TeX, an image that did not load, content wider than the column."""
+
+import base64
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("check_rendering", ROOT / "tools" / "check_rendering.py")
+check = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(check)
+
+pytestmark = pytest.mark.skipif(
+    not (Path(check.CHROMIUM).is_file() and Path(check.CHROMEDRIVER).is_file())
+    or importlib.util.find_spec("selenium") is None,
+    reason="needs Debian's chromium and chromium-driver and the selenium package (.ci/run installs them)",
+)
+
+# A 1 x 1 PNG, so that the clean page has an image that loads.
+PIXEL = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>t</title></head>
+<body style="margin:0"><main style="width:600px; padding:0 10px">{}</main></body></html>"""
+CLEAN = PAGE.format(
+    '<h1>Clean</h1><p>Prose with an image <img src="pixel.png" alt="a pixel"> and a narrow table.</p>'
+    "<table><tr><td>1</td><td>2</td></tr></table>"
+    "<pre><code>print(r'\\(code may hold TeX delimiters\\)')</code></pre>"
+)
+FAULTY = PAGE.format(
+    "<h1>Faulty</h1><p>Unrendered math: \\(x\\) here.</p>"
+    '<p><img src="missing.png" alt="missing"></p>'
+    '<h2>Wide</h2><table class="wide" style="width:1500px"><tr><td>too wide</td></tr></table>'
+)
+
+
+@pytest.fixture
+def site(tmp_path):
+    (tmp_path / "pixel.png").write_bytes(PIXEL)
+    (tmp_path / "clean.html").write_text(CLEAN)
+    (tmp_path / "faulty.html").write_text(FAULTY)
+    return tmp_path
+
+
+def test_the_checker_passes_a_clean_page_and_names_each_fault_of_a_broken_one(site, tmp_path):
+    shot = tmp_path / "shots" / "faulty.png"
+    results = check.check_site(site, ["clean.html", "faulty.html"], screenshots={"faulty.html": shot})
+    assert results["clean.html"]["faults"] == []
+    assert results["clean.html"]["column"] == 600
+    faults = results["faulty.html"]["faults"]
+    assert any(f.startswith('raw TeX "\\\\("') and "x" in f for f in faults), faults
+    assert any(f.startswith("broken image: missing.png") for f in faults), faults
+    assert any(f.startswith("wider than the column: table.wide") and 'under "Wide"' in f for f in faults), (
+        faults
+    )
+    assert any(f.startswith("wider than the window: the page scrolls sideways") for f in faults), faults
+    assert len(faults) == 5, faults  # \( and \) of one formula, the image, the table, the page
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_command_line_exits_1_on_a_fault_and_0_on_a_clean_site(site, tmp_path, capsys):
+    assert check.main([str(site)]) == 1
+    out = capsys.readouterr().out
+    assert "faulty.html: 5 fault(s)" in out and "clean.html: ok" in out
+    (site / "faulty.html").unlink()
+    assert check.main([str(site)]) == 0
+    assert check.main([str(tmp_path / "nothing")]) == 2
