@@ -161,3 +161,97 @@ def interactive_explorer(n_steps: int = len(DEFAULT_LAMBDAS) + 1):
         plt.show()
 
     return widgets.interactive(draw, **sliders)
+
+
+IDEA_INPUTS = {  # λ_1..λ_{N−1} of the landing page's two inputs; λ_N = 1 is added
+    "an easy input": (0.7, 0.8, 0.8, 0.8),
+    "a hard input": (0.05, 0.1, 0.3, 0.6),
+}
+
+
+def idea_figure(inputs=None):
+    """The landing page's picture: one step function applied again and again, a coin after every step,
+    and the halting distributions ``p_n`` of an easy and a hard input."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+
+    inputs = inputs or IDEA_INPUTS
+    n_steps = len(next(iter(inputs.values()))) + 1
+    fig = plt.figure(figsize=(7.0, 4.4))
+    grid = fig.add_gridspec(
+        2, len(inputs), height_ratios=[0.8, 1.0], hspace=0.35, wspace=0.3, top=0.99, bottom=0.11
+    )
+
+    ax = fig.add_subplot(grid[0, :])
+    ax.set_xlim(-0.9, n_steps - 0.2)
+    ax.set_ylim(-1.3, 1.0)
+    ax.axis("off")
+    ax.text(-0.75, 0.3, "$x$", fontsize=13, ha="center", va="center")
+    for i in range(n_steps):
+        ax.add_patch(
+            FancyBboxPatch((i - 0.3, 0.05), 0.6, 0.5, boxstyle="round,pad=0.04", fc="#dbe9f6", ec="k")
+        )
+        ax.text(i, 0.3, "$s$", fontsize=12, ha="center", va="center")
+        ax.annotate(
+            "", xy=(i - 0.34, 0.3), xytext=(i - 0.66 if i else -0.62, 0.3), arrowprops={"arrowstyle": "->"}
+        )
+        ax.text(i, 0.85, f"step {i + 1}", fontsize=9, ha="center", va="center")
+        ax.annotate("", xy=(i, -0.55), xytext=(i, 0.0), arrowprops={"arrowstyle": "->", "color": "#d94801"})
+        ax.text(
+            i + 0.06,
+            -0.27,
+            rf"halt? $\lambda_{i + 1}$" if i < n_steps - 1 else rf"halt: $\lambda_{i + 1} = 1$",
+            fontsize=8.5,
+            ha="left",
+            va="center",
+            color="#d94801",
+        )
+        ax.text(i, -0.8, rf"answer $\hat y_{i + 1}$", fontsize=9, ha="center", va="center")
+    ax.text(
+        (n_steps - 1) / 2,
+        -1.18,
+        "a coin after each step: heads stops and answers; tails goes on with the state $h_{n+1}$",
+        fontsize=9,
+        ha="center",
+        va="center",
+        style="italic",
+    )
+
+    for j, (name, lambdas) in enumerate(inputs.items()):
+        t = halting_terms(lambdas)
+        ax = fig.add_subplot(grid[1, j])
+        n = torch.arange(1, n_steps + 1).numpy()
+        ax.bar(n, t["p"].numpy(), color="#fd8d3c")
+        ax.set_title(f"{name}: $E[n] = {t['expected_steps']:.1f}$", fontsize=10)
+        ax.set_xticks(n)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("halting step $n$")
+        if j == 0:
+            ax.set_ylabel("probability $p_n$")
+    return fig
+
+
+def count_macs(module, run) -> int:
+    """Multiply-accumulates of the ``Conv2d`` and ``Linear`` layers of ``module`` while ``run()`` runs
+    (a batch of one), counted with forward hooks."""
+    from torch import nn
+
+    total = 0
+
+    def hook(layer, inputs, output):
+        nonlocal total
+        if isinstance(layer, nn.Conv2d):  # every output value: k_h · k_w · C_in / groups MACs
+            per_output = layer.kernel_size[0] * layer.kernel_size[1] * layer.in_channels // layer.groups
+            total += output[0].numel() * per_output
+        else:  # nn.Linear: in · out
+            total += layer.in_features * layer.out_features
+
+    layers = [m for m in module.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    handles = [layer.register_forward_hook(hook) for layer in layers]
+    try:
+        with torch.no_grad():
+            run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return total

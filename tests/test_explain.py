@@ -69,3 +69,25 @@ def test_sliders_redraw_with_their_values(monkeypatch):
     assert calls[-1][0][1] == pytest.approx(0.9)
     assert calls[-1][1] == pytest.approx(0.5)
     assert len(calls[-1][0]) == 3  # λ_1..λ_3; λ_4 = 1 is added by the figure
+
+
+def test_idea_figure_shows_each_inputs_halting_distribution():
+    inputs = {"easy": (0.9, 0.9), "hard": (0.1, 0.2)}
+    fig = explain.idea_figure(inputs)
+    bars = [ax for ax in fig.axes if ax.get_xlabel() == "halting step $n$"]
+    assert len(bars) == 2
+    for ax, lambdas in zip(bars, inputs.values()):
+        assert [patch.get_height() for patch in ax.patches] == pytest.approx(
+            halting_terms(lambdas)["p"].tolist()
+        )
+    plt.close(fig)
+
+
+def test_count_macs_by_hand():
+    from torch import nn
+
+    net = nn.Sequential(nn.Conv2d(1, 2, kernel_size=3), nn.Flatten(), nn.Linear(2 * 4 * 4, 5))
+    x = torch.zeros(1, 1, 6, 6)
+    # conv: 2 · 4 · 4 outputs × 3 · 3 · 1 MACs each; linear: 32 × 5
+    assert explain.count_macs(net, lambda: net(x)) == 2 * 4 * 4 * 9 + 32 * 5
+    assert not net[0]._forward_hooks  # the hooks are removed
