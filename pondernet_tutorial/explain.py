@@ -73,7 +73,7 @@ def explore_figure(lambdas=DEFAULT_LAMBDAS, lambda_p: float = DEFAULT_LAMBDA_P, 
 
     t = halting_terms(lambdas, lambda_p, beta)
     n = torch.arange(1, len(t["p"]) + 1).numpy()
-    fig, axes = plt.subplots(3, 1, figsize=(6.4, 7.6), height_ratios=[1, 1, 0.8])
+    fig, axes = plt.subplots(3, 1, figsize=(6.4, 8.4), height_ratios=[1, 1, 0.8])
 
     ax = axes[0]
     width = 0.38
@@ -84,14 +84,13 @@ def explore_figure(lambdas=DEFAULT_LAMBDAS, lambda_p: float = DEFAULT_LAMBDA_P, 
         color="#9ecae1",
         label=r"$\lambda_n$ (halt now, if still running)",
     )
-    ax.bar(n + width / 2, t["p"].numpy(), width, color="#fd8d3c", label=r"$p_n$ (halt at step $n$)")
+    ax.bar(n + width / 2, t["p"].numpy(), width, color="#fd8d3c", label=r"$p_n = \lambda_n S_{n-1}$")
     ax.plot(n, t["survival"].numpy(), "k.--", lw=1, label=r"$S_{n-1}$ (still running)")
     ax.set_ylim(0, 1.05)
     ax.set_xticks(n)
     ax.set_xlabel("step $n$")
     ax.set_ylabel("probability")
-    ax.set_title(r"$p_n = \lambda_n\, S_{n-1}$", fontsize=10)
-    ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.legend(frameon=False, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3)
 
     ax = axes[1]
     ax.bar(n, t["p"].numpy(), 0.6, color="#fd8d3c", label=r"$p_n$")
@@ -100,12 +99,18 @@ def explore_figure(lambdas=DEFAULT_LAMBDAS, lambda_p: float = DEFAULT_LAMBDA_P, 
     ax.set_xticks(n)
     ax.set_xlabel("step $n$")
     ax.set_ylabel("probability")
-    ax.set_title(
-        rf"$E[n]={t['expected_steps']:.2f}$ (prior mean $1/\lambda_p={1 / lambda_p:.3g}$),  "
-        rf"KL$(p\,\|\,p_G)={t['kl']:.3f}$",
-        fontsize=10,
+    ax.text(
+        0.99,
+        0.97,
+        rf"$E[n]={t['expected_steps']:.2f}$ (prior mean $1/\lambda_p={1 / lambda_p:.3g}$)"
+        + "\n"
+        + rf"KL$(p\,\|\,p_G)={t['kl']:.3f}$",
+        transform=ax.transAxes,
+        ha="right",
+        va="top",
+        fontsize=9,
     )
-    ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.legend(frameon=False, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2)
 
     ax = axes[2]
     names = [

@@ -16,17 +16,17 @@ from torch import nn
 
 
 class MinimalPonderNet(nn.Module):
-    """A GRU cell as the step function s(x, h_n), unrolled for all N steps."""
+    """A GRU cell as the step function s(x, h_n), unrolled N steps."""
 
-    def __init__(self, n_inputs, n_classes, hidden_size=64, max_steps=20):
+    def __init__(self, n_inputs, n_classes, hidden_size, max_steps):
         super().__init__()
         self.max_steps = max_steps  # N
-        self.cell = nn.GRUCell(n_inputs, hidden_size)  # h_{n+1} from (x, h_n)
+        self.cell = nn.GRUCell(n_inputs, hidden_size)  # h_{n+1}
         self.output = nn.Linear(hidden_size, n_classes)  # ŷ_n
         self.halt = nn.Linear(hidden_size, 1)  # z_n, λ_n = σ(z_n)
 
     def forward(self, x):  # x (B, D) -> ŷ (N, B, C), z (N, B)
-        h = x.new_zeros(x.shape[0], self.cell.hidden_size)  # h_1 = 0
+        h = x.new_zeros(len(x), self.cell.hidden_size)  # h_1 = 0
         y_hat, z = [], []
         for _ in range(self.max_steps):
             h = self.cell(x, h)
@@ -37,42 +37,45 @@ class MinimalPonderNet(nn.Module):
 
 def halting_log_p(z):  # z (N, B) -> log p_n (N, B)
     zero = z.new_zeros(1, z.shape[1])
-    log_lambda = torch.cat([F.logsigmoid(z[:-1]), zero])  # log λ_n; λ_N = 1
-    log_go_on = F.logsigmoid(-z[:-1]).cumsum(0)  # Σ_{j≤n} log(1 − λ_j)
-    return log_lambda + torch.cat([zero, log_go_on])  # + Σ_{j<n}
+    log_lambda = torch.cat([F.logsigmoid(z[:-1]), zero])  # λ_N = 1
+    log_go_on = F.logsigmoid(-z[:-1]).cumsum(0)  # log S_n, n < N
+    return log_lambda + torch.cat([zero, log_go_on])  # + log S_{n-1}
 
 
 def ponder_loss(y_hat, z, y, lambda_p=0.2, beta=0.01):
-    """L = Σ_n p_n ℒ(y, ŷ_n) + β KL(p ‖ p_G), averaged over the batch."""
+    """L = Σ_n p_n ℒ(y, ŷ_n) + β KL(p ‖ p_G), batch mean."""
     n_steps, batch, n_classes = y_hat.shape
     log_p = halting_log_p(z)  # (N, B)
-    task = F.cross_entropy(  # ℒ(y, ŷ_n) per sample and step, (N, B)
-        y_hat.reshape(-1, n_classes), y.repeat(n_steps), reduction="none"
+    task = F.cross_entropy(  # ℒ(y, ŷ_n) per sample and step
+        y_hat.reshape(-1, n_classes),
+        y.repeat(n_steps),
+        reduction="none",
     ).view(n_steps, batch)
     rec = (log_p.exp() * task).sum(0).mean()  # L_Rec
-    n_minus_1 = torch.arange(n_steps, dtype=log_p.dtype)[:, None]
-    log_prior = math.log(lambda_p) + n_minus_1 * math.log(1 - lambda_p)
-    kl = (log_p.exp() * (log_p - log_prior)).sum(0).mean()  # KL(p ‖ p_G)
+    n_1 = torch.arange(n_steps, dtype=log_p.dtype)[:, None]  # n − 1
+    log_prior = math.log(lambda_p) + n_1 * math.log(1 - lambda_p)
+    kl = (log_p.exp() * (log_p - log_prior)).sum(0).mean()  # KL
     return rec + beta * kl
 
 
 @torch.no_grad()
-def sample_halting_step(z, generator=None):  # z (N, B) -> (B,) in 1..N
-    u = torch.rand(z.shape[1], z.shape[0], generator=generator).T  # u_{n,b} ~ U[0, 1)
+def sample_halting_step(z, generator=None):  # z (N, B) -> T (B,)
+    n_steps, batch = z.shape
+    u = torch.rand(batch, n_steps, generator=generator).T  # uniform
     heads = u < torch.sigmoid(z)  # halt with probability λ_n
     heads[-1] = True  # λ_N = 1
     return heads.float().argmax(0) + 1  # the first heads
 
 
-def train_on_parity(model, updates=1500, batch_size=128, lr=3e-3, generator=None):
-    """Adam on fresh parity batches; returns the loss of every update."""
+def train_on_parity(model, updates, lr=3e-3, generator=None):
+    """Adam on fresh parity batches of 128; each update's loss."""
     from .data.parity import parity_batch
 
-    n_elements = model.cell.input_size
+    n = model.cell.input_size  # entries per vector
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
     for _ in range(updates):
-        x, y, _ = parity_batch(batch_size, n_elements, (1, n_elements), generator)
+        x, y, _ = parity_batch(128, n, (1, n), generator)
         loss = ponder_loss(*model(x), y)
         optimizer.zero_grad()
         loss.backward()

@@ -71,7 +71,7 @@ def test_same_network_and_coins_as_the_package():
 def test_training_learns_parity_of_three_elements():
     torch.manual_seed(4)
     model = MinimalPonderNet(3, 2, hidden_size=16, max_steps=4)
-    losses = train_on_parity(model, updates=300, batch_size=64, generator=torch.Generator().manual_seed(5))
+    losses = train_on_parity(model, updates=300, generator=torch.Generator().manual_seed(5))
     assert len(losses) == 300
     assert sum(losses[:20]) / 20 > 0.6  # chance: log 2 = 0.69
     assert sum(losses[-20:]) / 20 < 0.2
