@@ -1,0 +1,77 @@
+"""The 40-line PonderNet of the book computes what the package computes."""
+
+import pytest
+import torch
+
+from pondernet_tutorial.halting import log_halting_distribution
+from pondernet_tutorial.losses import PonderLoss
+from pondernet_tutorial.methods.pondernet import PonderNet, sample_halting_step
+from pondernet_tutorial.minimal import (
+    MinimalPonderNet,
+    halting_log_p,
+    ponder_loss,
+    train_on_parity,
+)
+from pondernet_tutorial.minimal import sample_halting_step as minimal_sample
+from pondernet_tutorial.steps.parity import ParityStep
+
+
+def test_halting_distribution_equals_the_package():
+    torch.manual_seed(0)
+    z = 3 * torch.randn(12, 7, dtype=torch.float64)
+    z[1, 0], z[2, 1], z[4, 2] = 40.0, -40.0, 25.0  # saturated sigmoids: log space must stay finite
+    ours, package = halting_log_p(z), log_halting_distribution(z)
+    assert torch.isfinite(ours).all()
+    torch.testing.assert_close(ours, package, rtol=0, atol=1e-12)
+    torch.testing.assert_close(ours.exp().sum(0), torch.ones(7, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("lambda_p, beta", [(0.2, 0.01), (0.1, 0.5), (0.5, 0.0)])
+def test_loss_and_its_gradient_equal_the_package(lambda_p, beta):
+    torch.manual_seed(1)
+    n_steps, batch, n_classes = 9, 5, 4
+    y_hat = torch.randn(n_steps, batch, n_classes, requires_grad=True)
+    z = torch.randn(n_steps, batch, requires_grad=True)
+    y = torch.randint(0, n_classes, (batch,))
+
+    ours = ponder_loss(y_hat, z, y, lambda_p, beta)
+    ours_grads = torch.autograd.grad(ours, (y_hat, z))
+    package = PonderLoss(lambda_p, n_steps, beta)(y_hat, log_halting_distribution(z), y)["loss"]
+    package_grads = torch.autograd.grad(package, (y_hat, z))
+
+    torch.testing.assert_close(ours, package)
+    for a, b in zip(ours_grads, package_grads):
+        torch.testing.assert_close(a, b)
+
+
+def test_same_network_and_coins_as_the_package():
+    """With the weights of a package PonderNet over ParityStep, the minimal model unrolls the same
+    predictions and halting logits, and its coins stop at the same steps for the same seed."""
+    torch.manual_seed(2)
+    package = PonderNet(ParityStep(n_elements=6, hidden_size=16), max_steps=7).train()
+    minimal = MinimalPonderNet(6, 2, hidden_size=16, max_steps=7)
+    weights = package.step_function.state_dict()
+    renamed = {"output_head": "output", "halting_head": "halt"}
+    minimal.load_state_dict(
+        {renamed.get(k.split(".")[0], k.split(".")[0]) + k[k.index(".") :]: v for k, v in weights.items()}
+    )
+    x = torch.randint(-1, 2, (11, 6)).float()
+
+    full = package(x)  # training mode: all N steps
+    y_hat, z = minimal(x)
+    torch.testing.assert_close(y_hat, full.logits)
+    torch.testing.assert_close(z, full.halting_logits)
+
+    ours = minimal_sample(z, torch.Generator().manual_seed(3))
+    theirs = sample_halting_step(z, torch.Generator().manual_seed(3))
+    assert torch.equal(ours, theirs)
+    assert len(set(ours.tolist())) > 1  # the coins differ between samples: the check is not vacuous
+
+
+def test_training_learns_parity_of_three_elements():
+    torch.manual_seed(4)
+    model = MinimalPonderNet(3, 2, hidden_size=16, max_steps=4)
+    losses = train_on_parity(model, updates=300, generator=torch.Generator().manual_seed(5))
+    assert len(losses) == 300
+    assert sum(losses[:20]) / 20 > 0.6  # chance: log 2 = 0.69
+    assert sum(losses[-20:]) / 20 < 0.2
