@@ -8,7 +8,6 @@ neither PyTorch nor Lightning.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import fields
 
@@ -212,6 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
     p_eval.add_argument("--limit", type=int, default=None, help="evaluate on the first N test samples only")
     p_eval.add_argument("--data-dir", default=None, help=HELP["data_dir"])
     p_eval.add_argument("--output", default=None, help="write the per-sample table to this CSV file")
+    p_eval.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="let the checkpoint name step functions and losses by import path (code that is imported and "
+        "run): only for files you trust [off: registered components only]",
+    )
 
     from .studies import STUDIES
 
@@ -295,10 +300,11 @@ def _run(args) -> int:
 
             config = _config(_config_values(args, [f.name for f in fields(TrainConfig)]))
             _, metadata = train(config, overwrite=args.overwrite)
-            print(
-                f"best val accuracy {metadata['best_val_acc']:.4f} (epoch {metadata['best_epoch'] + 1}, "
-                f"stopped by {metadata['stopped_by']}), {metadata['wall_time_s']} s -> {config.run_dir}"
-            )
+            if metadata is not None:  # None on the other ranks of a multi-process run: rank 0 reports
+                print(
+                    f"best val accuracy {metadata['best_val_acc']:.4f} (epoch {metadata['best_epoch'] + 1}, "
+                    f"stopped by {metadata['stopped_by']}), {metadata['wall_time_s']} s -> {config.run_dir}"
+                )
         elif args.command == "evaluate":
             _evaluate(args)
         elif args.command == "reproduce":
@@ -332,6 +338,7 @@ def _evaluate(args) -> None:
     from .checkpoints import load_model, load_pretrained
     from .config import PRETRAINED_DIR
     from .evaluation import evaluate, summarize
+    from .files import read_json
     from .registry import get_experiment
     from .training import make_datamodule
 
@@ -344,18 +351,16 @@ def _evaluate(args) -> None:
                 "output_dir": str(PRETRAINED_DIR),
             }
         )
-        module = load_pretrained(config.experiment, config.method, config.seed)
+        module = load_pretrained(config.experiment, config.method, config.seed, trust_code=args.trust_code)
     else:
-        meta = Path(args.checkpoint).with_name("metadata.json")
-        experiment = args.experiment or (
-            json.loads(meta.read_text())["config"]["experiment"] if meta.is_file() else None
-        )
+        meta = read_json(Path(args.checkpoint).with_name("metadata.json")) or {}
+        experiment = args.experiment or (meta.get("config") or {}).get("experiment")
         if experiment is None:
             raise UserError(
                 f"no metadata.json beside {args.checkpoint}: say which experiment it is with --experiment."
             )
         config = _config({"experiment": experiment})
-        module = load_model(args.checkpoint)
+        module = load_model(args.checkpoint, trust_code=args.trust_code)
     if args.data_dir:
         config.data_dir = args.data_dir
     experiment = get_experiment(config.experiment)
