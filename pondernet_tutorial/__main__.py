@@ -357,7 +357,7 @@ def _evaluate(args) -> None:
         experiment = args.experiment or (meta.get("config") or {}).get("experiment")
         if experiment is None:
             raise UserError(
-                f"no metadata.json beside {args.checkpoint}: say which experiment it is with --experiment."
+                f"no readable metadata.json beside {args.checkpoint}: say which experiment it is with --experiment."
             )
         config = _config({"experiment": experiment})
         module = load_model(args.checkpoint, trust_code=args.trust_code)

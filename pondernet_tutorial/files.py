@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from .processes import is_rank_zero
+from .processes import is_rank_zero, pid_alive, process_start
 
 TEMP_SUFFIX = ".tmp"
 
@@ -147,39 +147,6 @@ class FolderLockedError(FileExistsError):
         self.holder = holder
 
 
-def _process_start(pid: int) -> str | None:
-    """The start time of a process (Linux: clock ticks since boot), to tell a reused process id apart."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22, counted after the command name
-
-
-def pid_alive(pid: int, started: str | None = None) -> bool:
-    """True if process ``pid`` runs on this host (and started at ``started``, when known)."""
-    if pid <= 0:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        stat = None
-    if stat is not None:
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] in ("Z", "X"):  # a zombie has ended; only its exit status remains
-            return False
-        return started is None or fields[19] == started
-    try:  # no /proc (macOS, Windows): signal 0 checks that the process exists
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True
-    return True
-
-
 def _lock_path(folder: Path) -> Path:
     return folder.with_name(folder.name + ".lock")
 
@@ -220,7 +187,7 @@ def _try_create(lock: Path) -> bool:
         fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         return False
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": _process_start(os.getpid())}
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": process_start(os.getpid())}
     with open(fd, "w") as handle:
         handle.write(json.dumps(me) + "\n")
     return True
@@ -245,6 +212,26 @@ def _break_stale(lock: Path, holder: dict) -> None:
         )
     with contextlib.suppress(OSError):
         aside.unlink()
+
+
+def check_unlocked(folder: str | os.PathLike, doing: str = "working in it") -> None:
+    """Raise :class:`FolderLockedError` if another live process holds ``folder``'s lock; creates
+    nothing (a check before the arguments are checked and any folder is made)."""
+    folder = Path(folder)
+    lock = _lock_path(folder)
+    if not is_rank_zero() or lock.resolve() in _HELD:
+        return
+    holder = _read_holder(lock)
+    if holder is not None and not _stale(holder):
+        raise _locked_error(folder, lock, holder, doing)
+
+
+def _locked_error(folder: Path, lock: Path, holder: dict, doing: str) -> FolderLockedError:
+    return FolderLockedError(
+        f"{folder} is in use: {_describe(holder)} is {doing} (lock {lock.name}); wait for it to finish, "
+        f"or remove the lock if no such process runs.",
+        _describe(holder),
+    )
 
 
 _HELD: dict[Path, int] = {}  # locks this process holds, with their depth (the lock is reentrant)
@@ -287,11 +274,7 @@ def folder_lock(
             _break_stale(lock, holder)
             continue
         if not wait:
-            raise FolderLockedError(
-                f"{folder} is in use: {_describe(holder)} is {doing} (lock {lock.name}); wait for it to "
-                f"finish, or remove the lock if no such process runs.",
-                _describe(holder),
-            )
+            raise _locked_error(folder, lock, holder, doing)
         if not told:
             print(f"== waiting for {folder}: {_describe(holder)} is {doing}", file=sys.stderr, flush=True)
             told = True

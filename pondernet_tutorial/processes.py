@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 PARENT_VARIABLE = "PONDERNET_PARENT_PID"  # the process whose children must end with it
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID")
@@ -52,17 +53,61 @@ def _watch(parent: int) -> None:
     os._exit(1)  # the parent has ended: nobody waits for this process's work
 
 
-def end_with_parent(parent: int | None = None) -> None:
-    """End this process when ``parent`` (default: the one recorded by :func:`mark_parent`) ends.
+def process_start(pid: int) -> str | None:
+    """The start time of a process (Linux: clock ticks since boot), to tell a reused process id apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22, counted after the command name
 
-    Does nothing in a process that is not a child of a marked parent (a plain ``train``).
+
+def pid_alive(pid: int, started: str | None = None) -> bool:
+    """True if process ``pid`` runs on this host (and started at ``started``, when known)."""
+    if pid <= 0:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        stat = None
+    if stat is not None:
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] in ("Z", "X"):  # a zombie has ended; only its exit status remains
+            return False
+        return started is None or fields[19] == started
+    try:  # no /proc (macOS, Windows): signal 0 checks that the process exists
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def end_with_parent(parent: int | None = None) -> None:
+    """End this process when its parent ``parent`` ends.
+
+    Without ``parent``: in another rank than 0 of a multi-process run, the parent recorded by
+    :func:`mark_parent`; elsewhere (a plain ``train``) nothing happens. A record inherited by a process
+    that is not that parent's child (a stale one) is ignored; a parent that has already ended ends
+    this process at once.
     """
     if parent is None:
+        if is_rank_zero():
+            return
         recorded = os.environ.get(PARENT_VARIABLE, "")
-        parent = int(recorded) if recorded.isdigit() else None
-    if parent is None or parent == os.getpid():
+        if not recorded.isdigit():
+            return
+        parent = int(recorded)
+        if os.getppid() != parent and pid_alive(parent):
+            return  # not that process's child: the record was inherited from further up
+    if parent == os.getpid():
         return
+    if os.getppid() != parent:  # it ended before we could tie ourselves to it
+        os._exit(1)
     if not _set_parent_death_signal():
         threading.Thread(target=_watch, args=(parent,), daemon=True, name="end-with-parent").start()
-    if os.getppid() != parent:  # it ended before we could tie ourselves to it
+    if os.getppid() != parent:  # it ended while we did
         os._exit(1)

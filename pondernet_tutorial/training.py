@@ -28,7 +28,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from .checkpoints import save_weights
 from .config import TrainConfig, check_same_identity
-from .files import folder_lock, read_json, write_csv, write_json
+from .files import check_unlocked, folder_lock, read_json, write_csv, write_json
 from .lightning_module import PonderLitModule
 from .processes import end_with_parent, is_rank_zero, mark_parent
 from .registry import get_experiment, import_path
@@ -220,6 +220,8 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
     """
     end_with_parent()  # a rank started by Lightning for a multi-process run ends with rank 0
     run_dir = config.run_dir
+    if not wait:
+        check_unlocked(run_dir, doing="training it")  # say so before anything is built
     if not overwrite and is_rank_zero() and completed_run(run_dir, config) is not None:
         raise FileExistsError(f"{run_dir} already holds this trained run; pass overwrite=True (--overwrite).")
     check_logger_available(config.logger)
@@ -248,11 +250,13 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
             f"accelerator={config.accelerator!r}, strategy={config.strategy!r} need a missing package ({error}); "
             "install it, or choose --accelerator auto/cpu/gpu."
         ) from error
-    with folder_lock(run_dir, wait=wait, doing="training it"):
-        if not overwrite and is_rank_zero() and completed_run(run_dir, config, warn=False) is not None:
-            raise FileExistsError(f"{run_dir} was trained meanwhile by another process; pass --overwrite.")
-        if is_rank_zero():  # the other ranks join rank 0's run: they never touch its folder
-            if run_dir.exists():  # an unfinished run (no model.pt) or one to overwrite
+    with folder_lock(run_dir, wait=wait, doing="training it"):  # one process at a time per run folder
+        if is_rank_zero():  # the other ranks of a DDP run join rank 0's training and write nothing
+            if not overwrite and completed_run(run_dir, config, warn=False) is not None:
+                raise FileExistsError(
+                    f"{run_dir} was trained meanwhile by another process; pass --overwrite."
+                )
+            if run_dir.exists():  # an unfinished or damaged run, or one to overwrite
                 shutil.rmtree(run_dir)
             run_dir.mkdir(parents=True, exist_ok=True)
             mark_parent()  # the ranks that fit() starts end with this process

@@ -58,6 +58,10 @@ TINY = dict(
 )
 
 
+TINY_ARGS = ["--experiment", "parity-interpolation", "--epochs", 1, "--train-subset", 256, "--max-steps", 4]
+TINY_ARGS += ["--step-option", "hidden_size=16", "--no-compile", "--no-progress-bar"]
+
+
 def tiny(root, **kwargs) -> TrainConfig:
     return TrainConfig(**{**TINY, "output_dir": str(root), **kwargs})
 
@@ -387,9 +391,7 @@ def test_a_damaged_run_is_one_warning_and_no_traceback_on_the_command_line(tmp_p
     config = tiny(tmp_path)
     train(config)
     damage(config, "empty metadata.json")
-    args = ["train", "--experiment", "parity-interpolation", "--epochs", 1, "--train-subset", 256]
-    args += ["--step-option", "hidden_size=16", "--max-steps", 4, "--no-compile", "--no-progress-bar"]
-    result = cli(*args, "--output-dir", tmp_path)
+    result = cli("train", *TINY_ARGS, "--output-dir", tmp_path)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     assert sum(line.startswith("warning: the run in") for line in result.stderr.splitlines()) == 1
     assert_complete(config)
@@ -449,6 +451,8 @@ def test_a_run_that_another_process_trains_is_refused_or_waited_for_in_one_line(
         with pytest.raises(FileExistsError, match=f"process {holder.pid} on .* is training it") as error:
             train(config)
         assert "\n" not in str(error.value) and not config.run_dir.exists()
+        result = cli("train", *TINY_ARGS, "--output-dir", tmp_path)
+        assert result.returncode == 2 and result.stderr.strip().splitlines() == [f"error: {error.value}"]
         record = run_one(config, limit=4, overwrite=False, reevaluate=False, threads=None, wait=False)
         assert record["done"] == "busy"
         out = capsys.readouterr().out.splitlines()
@@ -678,3 +682,25 @@ def test_results_record_no_path_of_the_machine(tiny_study, tmp_path):
         if path.suffix == ".json":
             assert not [s for s in strings(json.loads(text)) if os.path.isabs(s)], path
         assert str(ROOT) not in text and "/home/" not in text and "/work/" not in text, path
+
+
+def test_only_a_child_of_the_recorded_parent_is_tied_to_it():
+    """An inherited record of a parent (a notebook kernel that trained, then ran a command) must not end
+    a process that is not that parent's child; a rank whose parent has ended ends at once."""
+    probe = "from pondernet_tutorial.processes import end_with_parent; end_with_parent(); print('alive')"
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    try:
+        for rank, parent, alive in (("1", stranger.pid, True), ("0", dead.pid, True), ("1", dead.pid, False)):
+            result = subprocess.run(
+                [sys.executable, "-c", probe],
+                capture_output=True,
+                text=True,
+                env=env(LOCAL_RANK=rank, PONDERNET_PARENT_PID=str(parent)),
+                timeout=60,
+            )
+            assert (result.stdout.strip() == "alive") == alive, (rank, parent, result)
+    finally:
+        stranger.kill()
+        stranger.wait()
