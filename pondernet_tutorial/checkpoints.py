@@ -35,7 +35,7 @@ from .registry import LOSSES, UnregisteredComponentError, check_registered, is_p
 from .steps import STEPS
 
 FORMAT = "pondernet_tutorial/weights-v2"
-TRUST_HINT = "load it only if you trust the file: load_model(..., trust_code=True), or evaluate --trust-code"
+TRUST_HINT = "Load it only if you trust the file: load_model(..., trust_code=True), or evaluate --trust-code"
 
 
 class CheckpointError(RuntimeError):
