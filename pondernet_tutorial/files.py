@@ -173,6 +173,8 @@ def _stale(holder: dict) -> bool:
         return False
     if holder.get("host") != socket.gethostname():
         return False  # another machine's process: it cannot be checked from here
+    if holder["pid"] == os.getpid():
+        return True  # this process's own, not held now (held ones are in _HELD): a leftover
     return not pid_alive(holder["pid"], holder.get("started"))
 
 
