@@ -177,6 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
     p_eval.add_argument(
         "--output", default=None, help="write the per-sample table to this CSV file (its folder must exist)"
     )
+    p_eval.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="let the checkpoint name step functions and losses by import path (code that is imported and "
+        "run): only for files you trust [off: registered components only]",
+    )
 
     from .studies import STUDIES
 
@@ -288,10 +294,11 @@ def _run(args) -> int:
             from .training import train
 
             _, metadata = train(config, overwrite=args.overwrite)
-            print(
-                f"best val accuracy {metadata['best_val_acc']:.4f} (epoch {metadata['best_epoch'] + 1}, "
-                f"stopped by {metadata['stopped_by']}), {metadata['wall_time_s']} s -> {config.run_dir}"
-            )
+            if metadata is not None:  # None on the other ranks of a multi-process run: rank 0 reports
+                print(
+                    f"best val accuracy {metadata['best_val_acc']:.4f} (epoch {metadata['best_epoch'] + 1}, "
+                    f"stopped by {metadata['stopped_by']}), {metadata['wall_time_s']} s -> {config.run_dir}"
+                )
         elif args.command == "evaluate":
             _evaluate(args)
         elif args.command == "reproduce":
@@ -361,10 +368,10 @@ def _evaluate(args) -> None:
                 "output_dir": str(PRETRAINED_DIR),
             }
         )
-        module = load_pretrained(config.experiment, config.method, config.seed)
+        module = load_pretrained(config.experiment, config.method, config.seed, trust_code=args.trust_code)
     else:
         config = _config({"experiment": experiment_name})
-        module = load_model(args.checkpoint)
+        module = load_model(args.checkpoint, trust_code=args.trust_code)
         hparams = module.hparams
         _checked(
             check_model_fits, experiment_name, hparams["n_classes"], hparams["step_options"], args.checkpoint

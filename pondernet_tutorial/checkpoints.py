@@ -2,9 +2,16 @@
 
 A checkpoint is a ``torch.save`` of plain data: ``{"format", "hparams", "state_dict"}``. It loads with
 ``torch.load(weights_only=True)``, which never runs code from the file. The hyperparameters name the
-step function, the halting method and the loss by registered name or import path, so any run that the
-registry describes is rebuilt from its file (a Lightning ``.ckpt`` of a :class:`PonderLitModule` also
-works, see :func:`load_model`).
+step function, the halting method and the loss by registered name, so any run that the registry
+describes is rebuilt from its file (a Lightning ``.ckpt`` of a :class:`PonderLitModule` also works, see
+:func:`load_model`).
+
+A checkpoint is untrusted data: what it names is looked up among the registered components
+(:data:`~pondernet_tutorial.steps.STEPS`, :data:`~pondernet_tutorial.methods.METHODS`,
+:data:`~pondernet_tutorial.registry.LOSSES`), with the options they declare, and nothing else is
+imported or called, unless the caller trusts the file (``trust_code=True``, ``evaluate --trust-code``),
+as with Hugging Face's ``trust_remote_code``. A ``model.pt`` in a run folder must also be the model that
+the folder's ``metadata.json`` records, and the one that the caller asks for.
 
 Shipped runs live in ``pretrained/<experiment>/<variant>/seed<k>/`` like any run folder, and
 :func:`load_pretrained` finds them by experiment, method, options and seed.
@@ -13,42 +20,111 @@ Shipped runs live in ``pretrained/<experiment>/<variant>/seed<k>/`` like any run
 from __future__ import annotations
 
 import inspect
-import json
 import os
+import pickle
+import re
 from pathlib import Path
 
 import torch
 
-from .config import PRETRAINED_DIR, TrainConfig, check_same_identity
+from .config import PRETRAINED_DIR, TrainConfig, _plain, check_same_identity, identity_differences
+from .files import read_json, torch_save
 from .lightning_module import PonderLitModule
+from .methods import METHODS
+from .registry import LOSSES, UnregisteredComponentError, check_registered, is_plain
+from .steps import STEPS
 
 FORMAT = "pondernet_tutorial/weights-v2"
+TRUST_HINT = "Load it only if you trust the file: load_model(..., trust_code=True), or evaluate --trust-code"
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint file is missing, damaged or does not fit the model."""
+    """A checkpoint file is missing, damaged, names code that is not registered, or does not fit the
+    model that its folder records or that the caller asks for."""
 
 
 def save_weights(module: PonderLitModule, path: str | os.PathLike) -> Path:
-    """Save the module's hyperparameters and weights (tensors and plain values only)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Save the module's hyperparameters and weights (tensors and plain values only), whole."""
     state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
-    torch.save({"format": FORMAT, "hparams": dict(module.hparams), "state_dict": state}, path)
-    return path
+    return torch_save({"format": FORMAT, "hparams": dict(module.hparams), "state_dict": state}, path)
 
 
 def _accepted_hparams() -> set[str]:
     return set(inspect.signature(PonderLitModule.__init__).parameters) - {"self", "compile", "cuda_graph"}
 
 
-def load_model(path: str | os.PathLike, map_location="cpu") -> PonderLitModule:
+def _read_error(path: Path, error: Exception) -> CheckpointError:
+    """One line on why ``torch.load`` refused the file, without torch's advice to load it unsafely."""
+    if isinstance(error, pickle.UnpicklingError):
+        found = re.search(r"GLOBAL [\w.]+", str(error))  # what the file asked to import
+        what = f" ({found.group(0)})" if found else ""
+        return CheckpointError(
+            f"{path} holds Python objects that a weights-only checkpoint never holds{what}: refused, nothing "
+            "in it was run. Use a model.pt written by pondernet_tutorial."
+        )
+    first = (str(error).strip().splitlines() or [""])[0][:200]
+    return CheckpointError(
+        f"{path} could not be read as a weights-only checkpoint ({type(error).__name__}: {first}). "
+        "The file is damaged or is not a PonderNet checkpoint: download or train it again."
+    )
+
+
+def _check_registered_only(hparams: dict, path: Path) -> None:
+    """Refuse, before anything is imported, hyperparameters that name unregistered code."""
+    try:
+        odd = sorted(k for k, v in hparams.items() if not is_plain(v))
+        if odd:
+            raise UnregisteredComponentError(f"its hyperparameters {', '.join(odd)} are not plain data")
+        method = hparams.get("method", "pondernet")
+        check_registered(
+            method,
+            METHODS,
+            "halting method",
+            hparams.get("method_options"),
+            skip=("step_function", "loss_fn"),
+        )
+        check_registered(
+            hparams.get("step"), STEPS, "step function", hparams.get("step_options"), ("n_classes",)
+        )
+        check_registered(hparams.get("loss_fn", "cross_entropy"), LOSSES, "loss function")
+        for name in ("step_options", "method_options"):
+            if not isinstance(hparams.get(name) or {}, dict):
+                raise UnregisteredComponentError(f"its {name} are not a dictionary")
+    except UnregisteredComponentError as error:
+        raise CheckpointError(f"{path}: {error}; nothing was imported or run. {TRUST_HINT}.") from None
+
+
+def _hparams_differences(saved: dict, expected: dict) -> str:
+    return "; ".join(d.replace("requested", "expected") for d in identity_differences(saved, expected))
+
+
+def expected_hparams(config: TrainConfig) -> dict:
+    """The hyperparameters of the model that a configuration trains (as saved in its ``model.pt``)."""
+    from .training import make_module
+
+    return _plain(dict(make_module(config).hparams))
+
+
+def load_model(
+    path: str | os.PathLike, map_location="cpu", trust_code: bool = False, config: TrainConfig | None = None
+) -> PonderLitModule:
     """Load a checkpoint written by :func:`save_weights` (or a Lightning ``.ckpt``), in eval mode.
+
+    Args:
+        trust_code: let the checkpoint name any step function or loss by import path, with any
+            options, as code to import and call. Only for files you trust.
+        config: the configuration that the caller asks for: the checkpoint's hyperparameters must be
+            that configuration's (a component it names by import path is then the caller's choice).
+
+    A ``model.pt`` with a ``metadata.json`` beside it (a run folder) must hold the hyperparameters
+    that the metadata records.
 
     Raises:
         CheckpointError: the file is missing, damaged, of another format, not a PonderNet checkpoint,
-            has hyperparameters this package does not know (named in the message), or its weights do
-            not fit the model its hyperparameters describe.
+            has hyperparameters this package does not know (named in the message), names a component
+            that is not registered (without ``trust_code``), is not the model its folder records or
+            the caller asks for, or its weights do not fit the model its hyperparameters describe.
+            The message is one line.
     """
     path = Path(path)
     if not path.is_file():
@@ -58,10 +134,7 @@ def load_model(path: str | os.PathLike, map_location="cpu") -> PonderLitModule:
     try:
         blob = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:
-        raise CheckpointError(
-            f"{path} could not be read as a weights-only checkpoint ({type(error).__name__}: {error}). "
-            "The file is damaged or is not a PonderNet checkpoint: download or train it again."
-        ) from error
+        raise _read_error(path, error) from None
     if not isinstance(blob, dict) or "state_dict" not in blob:
         raise CheckpointError(f"{path} is not a PonderNet checkpoint: it has no 'state_dict'.")
     if "format" in blob and blob["format"] != FORMAT:
@@ -69,20 +142,46 @@ def load_model(path: str | os.PathLike, map_location="cpu") -> PonderLitModule:
             f"{path} has format {blob['format']!r}, this package reads {FORMAT!r}: it was written by "
             "another version of pondernet_tutorial; train the run again with this one."
         )
-    hparams = dict(blob.get("hparams") or blob.get("hyper_parameters") or {})
+    hparams = blob.get("hparams") or blob.get("hyper_parameters") or {}
+    if not isinstance(hparams, dict):
+        raise CheckpointError(
+            f"{path} is not a PonderNet checkpoint: its hyperparameters are not a dictionary."
+        )
+    hparams = dict(hparams)
     unknown = sorted(set(hparams) - _accepted_hparams())
     if unknown:
         raise CheckpointError(f"{path} has hyperparameters this package does not know: {', '.join(unknown)}.")
+    if path.name == "model.pt" and (path.parent / "metadata.json").exists():  # a run folder
+        metadata = read_json(path.parent / "metadata.json")
+        if metadata is None:
+            raise CheckpointError(f"the metadata.json beside {path} is damaged: train the run again.")
+        recorded = metadata.get("hparams")
+        if recorded is not None and _plain(hparams) != _plain(recorded):
+            raise CheckpointError(
+                f"{path} is not the model that its folder's metadata.json records "
+                f"({_hparams_differences(hparams, recorded)}): train the run again."
+            )
+    asked = None
+    if config is not None:
+        asked = expected_hparams(config)
+        if _plain(hparams) != asked:
+            raise CheckpointError(
+                f"{path} is not the model of the requested configuration "
+                f"({_hparams_differences(hparams, asked)}): train the run again."
+            )
+    if not trust_code and asked is None:
+        _check_registered_only(hparams, path)
     try:
         module = PonderLitModule(**hparams)
     except (TypeError, ValueError) as error:
-        raise CheckpointError(f"{path} has hyperparameters this package does not accept: {error}") from error
+        raise CheckpointError(f"{path} has hyperparameters this package does not accept: {error}") from None
     try:
         module.load_state_dict(blob["state_dict"])
     except RuntimeError as error:
+        detail = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
         raise CheckpointError(
-            f"the weights in {path} do not fit the model its hyperparameters describe: {error}"
-        ) from error
+            f"the weights in {path} do not fit the model its hyperparameters describe: {detail[:400]}"
+        ) from None
     return module.eval()
 
 
@@ -111,14 +210,19 @@ def available_pretrained(root: str | os.PathLike | None = None) -> list[dict]:
 
 
 def load_pretrained(
-    experiment: str, method: str = "pondernet", seed: int = 0, map_location="cpu", **options
+    experiment: str,
+    method: str = "pondernet",
+    seed: int = 0,
+    map_location="cpu",
+    trust_code: bool = False,
+    **options,
 ) -> PonderLitModule:
     """A shipped model, ready in eval mode.
 
     ``load_pretrained("mnist-interpolation")`` is the reference PonderNet (seed 0);
     ``load_pretrained("parity-extrapolation", "act", seed=1, tau=0.01)`` an ACT run on parity. The
     ``options`` are :class:`TrainConfig` fields; they pick the run folder, and the run's recorded
-    configuration must equal them.
+    configuration and its ``model.pt``'s own hyperparameters must equal them.
     """
     config = pretrained_config(experiment, method, seed, **options)
     folder = config.run_dir
@@ -128,15 +232,23 @@ def load_pretrained(
             f"no shipped model {experiment}/{config.variant} for seed {seed}; shipped: "
             f"{', '.join(have) or 'none'}. Train it with `python -m pondernet_tutorial reproduce`."
         )
-    metadata = json.loads((folder / "metadata.json").read_text())
+    metadata = _shipped_metadata(folder)
     try:
-        check_same_identity(metadata["identity"], config.identity(), f"the shipped run in {folder}")
+        check_same_identity(metadata.get("identity", {}), config.identity(), f"the shipped run in {folder}")
     except ValueError as error:
         raise CheckpointError(str(error)) from error
-    return load_model(folder / "model.pt", map_location)
+    return load_model(folder / "model.pt", map_location, trust_code=trust_code, config=config)
+
+
+def _shipped_metadata(folder: Path) -> dict:
+    metadata = read_json(folder / "metadata.json")
+    if metadata is None:
+        raise CheckpointError(
+            f"the metadata.json of the shipped run in {folder} is missing or damaged: reinstall the package."
+        )
+    return metadata
 
 
 def load_metadata(experiment: str, method: str = "pondernet", seed: int = 0, **options) -> dict:
     """The metadata of a shipped run (configuration, epochs, stopping, wall time, hardware, versions)."""
-    folder = pretrained_config(experiment, method, seed, **options).run_dir
-    return json.loads((folder / "metadata.json").read_text())
+    return _shipped_metadata(pretrained_config(experiment, method, seed, **options).run_dir)

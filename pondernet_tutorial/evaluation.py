@@ -12,7 +12,6 @@ early-exit forward pass halt every sample at the same step whatever the batch si
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -20,6 +19,7 @@ import torch
 
 from .config import TrainConfig, identity_differences
 from .data.base import EvalSet
+from .files import folder_lock, read_json, write_csv, write_json
 from .losses import per_sample_loss
 
 EVAL_FORMAT = "pondernet_tutorial/evaluation-v3"
@@ -200,8 +200,11 @@ def tables_up_to_date(
     saved_path = run_dir / "evaluation.json"
     if not saved_path.is_file() or not all((run_dir / t).is_file() for t in RUN_TABLES):
         return False
+    saved = read_json(saved_path)
+    if saved is None:  # damaged: the tables are made again
+        return False
     _, record = _datamodule_and_record(config, limit, seed, sweep)
-    return not identity_differences(json.loads(saved_path.read_text()), record)
+    return not identity_differences(saved, record)
 
 
 def evaluate_run(
@@ -216,8 +219,9 @@ def evaluate_run(
 
     Writes ``summary.csv`` (per group of :attr:`Experiment.group_by`), ``per_step.csv``,
     ``per_class.csv``, ``per_sample.csv.gz`` and ``evaluation.json`` (what they depend on: the run's
-    identity, the test-set limit, the seed and the sets). Existing tables are reused only when their
-    ``evaluation.json`` equals the requested one.
+    identity, the test-set limit, the seed and the sets), each whole, ``evaluation.json`` last. Existing
+    tables are reused only when their ``evaluation.json`` equals the requested one. The model is
+    loaded from ``model.pt`` (unless given), which must be the configuration's.
 
     Args:
         limit: only the first ``limit`` test samples of every set (of every ``k`` for parity).
@@ -229,22 +233,25 @@ def evaluate_run(
 
     experiment = get_experiment(config.experiment)
     run_dir = config.run_dir
-    if not overwrite and tables_up_to_date(config, limit, seed, sweep):
-        return load_run_tables(run_dir)
-    datamodule, record = _datamodule_and_record(config, limit, seed, sweep)
-    module = module if module is not None else load_model(run_dir / "model.pt")
-    per_sample, per_step = evaluate(module, datamodule.evaluation_sets(), seed)
-    tables = {
-        "summary": summarize(per_sample, experiment.group_by),
-        "per_step": per_step,
-        "per_class": per_class(per_sample, experiment.group_by),
-        "per_sample": per_sample,
-    }
-    for name in ("summary", "per_step", "per_class"):
-        tables[name].to_csv(run_dir / f"{name}.csv", index=False, float_format="%.6g")
-    per_sample.to_csv(run_dir / "per_sample.csv.gz", index=False, float_format="%.4g")
-    (run_dir / "evaluation.json").write_text(json.dumps(record, indent=2) + "\n")
-    return tables
+    with folder_lock(run_dir, wait=True, doing="training or evaluating it"):
+        if not overwrite and tables_up_to_date(config, limit, seed, sweep):
+            return load_run_tables(run_dir)
+        datamodule, record = _datamodule_and_record(config, limit, seed, sweep)
+        module = module if module is not None else load_model(run_dir / "model.pt", config=config)
+        per_sample, per_step = evaluate(module, datamodule.evaluation_sets(), seed)
+        tables = {
+            "summary": summarize(per_sample, experiment.group_by),
+            "per_step": per_step,
+            "per_class": per_class(per_sample, experiment.group_by),
+            "per_sample": per_sample,
+        }
+        # evaluation.json, written last, vouches for the tables: gone while they are replaced
+        (run_dir / "evaluation.json").unlink(missing_ok=True)
+        for name in ("summary", "per_step", "per_class"):
+            write_csv(run_dir / f"{name}.csv", tables[name], index=False, float_format="%.6g")
+        write_csv(run_dir / "per_sample.csv.gz", per_sample, index=False, float_format="%.4g")
+        write_json(run_dir / "evaluation.json", record)
+        return tables
 
 
 def load_run_tables(run_dir: str | Path, per_sample: bool = False) -> dict[str, pd.DataFrame]:

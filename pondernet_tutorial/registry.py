@@ -7,7 +7,9 @@ tables are grouped. Everything else (training, evaluation, checkpoints, the comm
 notebooks) looks experiments up here, so a new experiment is one new entry in :data:`EXPERIMENTS`.
 
 Components are named by import path (``"package.module:Name"``) and imported only when used, so this
-module, the configuration and ``python -m pondernet_tutorial --help`` load without PyTorch.
+module, the configuration and ``python -m pondernet_tutorial --help`` load without PyTorch. Code that
+the user runs may name any component by import path; what a file names (a checkpoint's
+hyperparameters) is looked up among the registered components only (:func:`check_registered`).
 """
 
 from __future__ import annotations
@@ -186,7 +188,11 @@ def import_path(path: str) -> Any:
 
 def resolve_component(spec, registry: dict[str, str], kind: str) -> Callable:
     """A component from its description: a registered name, an import path, a
-    ``{"partial": path, "keywords": {...}}`` dictionary, or the callable itself."""
+    ``{"partial": path, "keywords": {...}}`` dictionary, or the callable itself.
+
+    This imports whatever an import path names: call it only with descriptions from code the user
+    runs, or checked with :func:`check_registered` first (what a file names).
+    """
     if callable(spec):
         return spec
     if isinstance(spec, dict) and "partial" in spec:
@@ -202,6 +208,67 @@ def resolve_component(spec, registry: dict[str, str], kind: str) -> Callable:
             f"unknown {kind} {spec!r}; choose one of {', '.join(registry)} or give 'module:Name'."
         )
     raise TypeError(f"a {kind} is a name, an import path or a callable, got {type(spec).__name__}.")
+
+
+class UnregisteredComponentError(ValueError):
+    """A file names a component that is not registered, or gives it options that it does not take."""
+
+
+def is_plain(value) -> bool:
+    """True for JSON-like data: ``None``, booleans, numbers, strings, and lists, tuples and dictionaries
+    (with string keys) of them."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(is_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and is_plain(v) for k, v in value.items())
+    return False
+
+
+def keyword_names(obj, skip=()) -> set[str]:
+    """The parameters of a class's constructor (or a function) that can be given by keyword, less
+    ``skip``; a ``**kwargs`` catch-all adds none."""
+    import inspect
+
+    signature = inspect.signature(obj.__init__ if isinstance(obj, type) else obj)
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {p.name for p in signature.parameters.values() if p.kind in kinds} - {"self", *skip}
+
+
+def check_registered(spec, registry: dict[str, str], kind: str, options: dict | None = None, skip=()) -> None:
+    """Check a component that a *file* names (a checkpoint's hyperparameters), importing nothing but
+    registered components.
+
+    Accepted: a name in ``registry``, or ``{"partial": <registered name>, "keywords": {...}}``, whose
+    options (``options``, the partial's keywords) are plain data and are parameters that the
+    component declares (``skip``: those the caller passes itself). Import paths, callables and
+    options the component does not declare raise :class:`UnregisteredComponentError`: only code the
+    user runs may name components by import path.
+    """
+    keywords = {}
+    if isinstance(spec, dict) and set(spec) <= {"partial", "keywords"} and "partial" in spec:
+        keywords = spec.get("keywords") or {}
+        if not isinstance(keywords, dict):
+            raise UnregisteredComponentError(f"the {kind} {spec!r} has keywords that are not a dictionary")
+        spec = spec["partial"]
+    if not isinstance(spec, str) or spec not in registry:
+        raise UnregisteredComponentError(
+            f"the {kind} {spec!r} is not registered (registered: {', '.join(registry)})"
+        )
+    component = import_path(registry[spec])
+    given = {**keywords, **(options or {})}
+    odd = sorted(k for k, v in given.items() if not is_plain(v))
+    if odd:
+        raise UnregisteredComponentError(
+            f"the options {', '.join(map(repr, odd))} of the {kind} {spec!r} are not plain data "
+            f"({type(given[odd[0]]).__name__})"
+        )
+    unknown = sorted(set(given) - keyword_names(component, skip))
+    if unknown:
+        raise UnregisteredComponentError(
+            f"the {kind} {spec!r} takes no option {', '.join(map(repr, unknown))}"
+        )
 
 
 def describe_component(obj, registry: dict[str, str], kind: str):

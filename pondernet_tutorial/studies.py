@@ -5,7 +5,9 @@ and seeds. :func:`reproduce` trains every run that is not trained yet, evaluates
 study's tables. A run already in the results folder is reused only when its recorded configuration
 equals the requested one, and its tables only when their evaluation record does; a run folder is
 named after its configuration, so studies share runs (the MNIST grid's reference cell is the reference
-run) and never overwrite each other's.
+run) and never overwrite each other's. Every file is written whole, and a run folder is locked while a
+process trains or evaluates it: two ``reproduce`` into one folder share the runs (each skips the runs
+the other is training, then waits for them), and a run killed half-way is trained again.
 
 Layout of a results folder (the shipped one is ``pondernet_tutorial/pretrained``)::
 
@@ -25,6 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .config import PRETRAINED_DIR, ConfigMismatchError, TrainConfig, identity_differences
+from .files import folder_lock, read_json, write_csv, write_json
+from .processes import is_rank_zero
 
 if TYPE_CHECKING:  # pandas is imported where it is used: listing the studies stays light
     import pandas as pd
@@ -158,38 +162,85 @@ def get_study(name: str) -> Study:
 
 # ---------------------------------------------------------------------------------------------------
 def run_one(
-    config: TrainConfig, limit: int | None, overwrite: bool, reevaluate: bool, threads: int | None
+    config: TrainConfig,
+    limit: int | None,
+    overwrite: bool,
+    reevaluate: bool,
+    threads: int | None,
+    wait: bool = True,
 ) -> dict:
-    """Train (unless trained) and evaluate (unless evaluated) one run; returns a short record."""
+    """Train (unless trained) and evaluate (unless evaluated) one run; returns a short record.
+
+    The run's folder is locked meanwhile (:func:`~pondernet_tutorial.files.folder_lock`): if another
+    process holds it, this one waits for it (``wait``), or returns at once with ``done="busy"``. A
+    damaged run (its metadata does not parse or its ``model.pt`` does not load) is trained again.
+    """
     import torch
 
     from .evaluation import evaluate_run, tables_up_to_date
-    from .training import read_metadata, train
+    from .files import FolderLockedError
+    from .training import completed_run, read_metadata, train
 
     if threads:
         torch.set_num_threads(threads)
     start = time.perf_counter()
     run_dir = config.run_dir
-    saved = read_metadata(run_dir)
-    if saved is not None and not overwrite:  # never replace another configuration's run silently
-        differences = identity_differences(saved["identity"], config.identity())
-        if differences:
-            raise ConfigMismatchError(
-                f"{run_dir} holds another configuration ({'; '.join(differences)}); pass --overwrite to retrain it."
-            )
-    if not overwrite and not reevaluate and tables_up_to_date(config, limit):
-        return {"run_dir": str(run_dir), "seconds": 0.0, "done": "reused"}
+    say = print if is_rank_zero() else (lambda *a, **k: None)  # only rank 0 of a DDP run prints
     module = None
-    if overwrite or not (run_dir / "model.pt").is_file():
-        print(f"== training {run_dir}", flush=True)
-        module, _ = train(config, overwrite=True)
-    print(f"== evaluating {run_dir}", flush=True)
-    evaluate_run(config, limit=limit, overwrite=True, module=module)
+    try:
+        with folder_lock(run_dir, wait=wait, doing="training or evaluating it"):
+            saved = read_metadata(run_dir)
+            if saved is not None and not overwrite:  # never replace another configuration's run silently
+                differences = identity_differences(saved.get("identity", {}), config.identity())
+                if differences:
+                    raise ConfigMismatchError(
+                        f"{run_dir} holds another configuration ({'; '.join(differences)}); pass --overwrite to retrain it."
+                    )
+            if not overwrite and not reevaluate and tables_up_to_date(config, limit):
+                return {"run_dir": str(run_dir), "seconds": 0.0, "done": "reused"}
+            if overwrite or completed_run(run_dir, config) is None:
+                say(f"== training {run_dir}", flush=True)
+                module, _ = train(config, overwrite=True)
+            if not is_rank_zero():  # the other ranks only join rank 0's training
+                return {"run_dir": str(run_dir), "seconds": 0.0, "done": "joined"}
+            say(f"== evaluating {run_dir}", flush=True)
+            evaluate_run(config, limit=limit, overwrite=True, module=module)
+    except FolderLockedError as error:
+        say(f"== later: {run_dir} ({error.holder} is training or evaluating it)", flush=True)
+        return {"run_dir": str(run_dir), "seconds": 0.0, "done": "busy"}
     return {
         "run_dir": str(run_dir),
         "seconds": round(time.perf_counter() - start, 1),
         "done": "trained" if module else "evaluated",
     }
+
+
+def _run_all(arguments: list[tuple], jobs: int) -> list[dict]:
+    """``run_one`` on every run, ``jobs`` at once. A run that another process is training is skipped at
+    first and waited for at the end, so that two ``reproduce`` into one folder share the work."""
+    first = [(*a, False) for a in arguments]
+    later = []
+    if jobs > 1:
+        import multiprocessing
+
+        from .processes import end_with_parent
+
+        with ProcessPoolExecutor(
+            jobs,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=end_with_parent,  # the workers end with this process
+            initargs=(os.getpid(),),
+        ) as pool:
+            records = list(pool.map(run_one, *zip(*first)))
+            busy = [a for a, r in zip(arguments, records) if r.get("done") == "busy"]
+            if busy:
+                later = list(pool.map(run_one, *zip(*[(*a, True) for a in busy])))
+    else:
+        records = [run_one(*a) for a in first]
+        busy = [a for a, r in zip(arguments, records) if r.get("done") == "busy"]
+        later = [run_one(*a, True) for a in busy]
+    done = {r["run_dir"]: r for r in later}
+    return [done.get(r["run_dir"], r) for r in records]
 
 
 def reproduce(
@@ -232,13 +283,9 @@ def reproduce(
     limit_of = {c.run_dir: _quick_limit(c) if quick else None for c in configs.values()}
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
     arguments = [(c, limit_of[c.run_dir], overwrite, reevaluate, threads) for c in configs.values()]
-    if jobs > 1:
-        import multiprocessing
-
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            records = list(pool.map(run_one, *zip(*arguments)))
-    else:
-        records = [run_one(*a) for a in arguments]
+    records = _run_all(arguments, jobs)
+    if not is_rank_zero():  # the other ranks of a DDP run only join rank 0's trainings
+        return {}
     wall = round(time.perf_counter() - start, 1)
     tables = {}
     seconds = {r["run_dir"]: r["seconds"] for r in records}
@@ -250,9 +297,8 @@ def reproduce(
             "jobs": jobs,
             "run_seconds": sum(mine),
         }
-        previous = root / "studies" / study.name / "study.json"
-        if not any(mine) and previous.is_file():  # nothing trained now: keep the record of the sweep that did
-            saved = json.loads(previous.read_text())
+        saved = read_json(root / "studies" / study.name / "study.json")
+        if not any(mine) and saved is not None:  # nothing trained now: keep the record of the sweep that did
             if saved.get("quick") == quick and saved.get("n_runs") == len(mine):
                 info = {k: saved.get(k, v) for k, v in info.items()}
         tables[study.name] = write_study_tables(study, root, quick=quick, configs=plan[study.name], **info)
@@ -301,7 +347,6 @@ def write_study_tables(
     from .training import read_metadata
 
     out = root / "studies" / study.name
-    out.mkdir(parents=True, exist_ok=True)
     collected = {"summary": [], "per_step": [], "per_class": []}
     runs = []
     for config in configs:
@@ -326,11 +371,13 @@ def write_study_tables(
     tables.update({name: pd.concat(frames, ignore_index=True) for name, frames in collected.items()})
     if "degrees" in tables["summary"]:  # rotated test sets: both directions and their mean per |θ|
         tables["per_angle"] = per_angle(tables["summary"])
-    for name, table in tables.items():
-        table.to_csv(out / f"{name}.csv", index=False, float_format="%.6g")
     record = {"study": study.name, "description": study.description, "quick": quick, "n_runs": len(runs)}
     record.update(info)
-    (out / "study.json").write_text(json.dumps(record, indent=2) + "\n")
+    with folder_lock(out, wait=True, doing="writing its tables"):
+        (out / "study.json").unlink(missing_ok=True)  # written last, it vouches for the tables
+        for name, table in tables.items():
+            write_csv(out / f"{name}.csv", table, index=False, float_format="%.6g")
+        write_json(out / "study.json", record)
     return tables
 
 
@@ -349,11 +396,14 @@ def prune_for_shipping(studies, root: Path, plan: dict[str, list[TrainConfig]] |
         for config in configs:
             level[config.run_dir] = max(level.get(config.run_dir, 0), SHIP_LEVELS.index(study.ship))
     for run_dir, keep in level.items():
-        shutil.rmtree(run_dir / "logs", ignore_errors=True)
-        if keep < SHIP_LEVELS.index("all"):
-            (run_dir / "per_sample.csv.gz").unlink(missing_ok=True)
-        if keep < SHIP_LEVELS.index("weights"):
-            (run_dir / "model.pt").unlink(missing_ok=True)
+        if not run_dir.is_dir():
+            continue
+        with folder_lock(run_dir, wait=True, doing="training or evaluating it"):
+            shutil.rmtree(run_dir / "logs", ignore_errors=True)
+            if keep < SHIP_LEVELS.index("all"):
+                (run_dir / "per_sample.csv.gz").unlink(missing_ok=True)
+            if keep < SHIP_LEVELS.index("weights"):
+                (run_dir / "model.pt").unlink(missing_ok=True)
 
 
 def load_study(name: str, root: str | Path | None = None) -> dict[str, pd.DataFrame]:
@@ -368,6 +418,12 @@ def load_study(name: str, root: str | Path | None = None) -> dict[str, pd.DataFr
             f"--study {name}`."
         )
     names = ("runs", "summary", "per_step", "per_class", "per_angle")
+    record = read_json(folder / "study.json")
+    if record is None:
+        raise FileNotFoundError(
+            f"the tables of study {name!r} in {folder.parent} are incomplete (no readable study.json): run "
+            f"`python -m pondernet_tutorial reproduce --study {name}` again."
+        )
     tables = {t: pd.read_csv(folder / f"{t}.csv") for t in names if (folder / f"{t}.csv").is_file()}
-    tables["study"] = json.loads((folder / "study.json").read_text())
+    tables["study"] = record
     return tables

@@ -3,18 +3,20 @@
 ``train(TrainConfig(experiment="mnist-extrapolation", seed=0))`` trains the reference PonderNet on
 digits rotated within ±22.5°. The run folder (:attr:`TrainConfig.run_dir`) gets ``history.csv`` (one
 row per epoch), ``metadata.json`` (the configuration and its identity, stopping, timing, hardware,
-versions) and, last, ``model.pt`` (weights only, the epoch with the best validation accuracy, picked
-by Lightning's ``ModelCheckpoint``). A run that fails leaves no ``model.pt``, so it can simply be run
-again.
+versions; no path of the machine) and, last, ``model.pt`` (weights only, the epoch with the best
+validation accuracy, picked by Lightning's ``ModelCheckpoint``). Each file is written whole, and one
+process at a time trains into a folder (:mod:`~pondernet_tutorial.files`). A run counts as finished
+only when its metadata parses and its ``model.pt`` loads (:func:`completed_run`): one that failed or
+was killed is simply trained again.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
 import statistics
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -26,8 +28,13 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from .checkpoints import save_weights
 from .config import TrainConfig, check_same_identity
+from .files import check_unlocked, folder_lock, read_json, write_csv, write_json
 from .lightning_module import ENGINE_VERSION, PonderLitModule
+from .processes import end_with_parent, is_rank_zero, mark_parent
 from .registry import get_experiment, import_path
+
+# Paths of the machine that trained a run: never recorded in its metadata (results are shared).
+MACHINE_FIELDS = ("data_dir", "output_dir")
 
 
 class History(Callback):
@@ -190,9 +197,45 @@ def hardware(trainer: L.Trainer) -> dict:
     return info
 
 
+def recorded_config(config: TrainConfig) -> dict:
+    """The configuration as ``metadata.json`` records it: every field but the machine's paths."""
+    return {k: v for k, v in asdict(config).items() if k not in MACHINE_FIELDS}
+
+
 def read_metadata(run_dir: Path) -> dict | None:
-    path = Path(run_dir) / "metadata.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    """A run's ``metadata.json``; ``None`` if it is missing or damaged (empty, not JSON)."""
+    return read_json(Path(run_dir) / "metadata.json")
+
+
+def completed_run(run_dir: Path, config: TrainConfig | None = None, warn: bool = True) -> dict | None:
+    """The metadata of a finished run: its ``metadata.json`` parses and its ``model.pt`` loads (as the
+    model that the metadata records, and that ``config`` asks for). ``None`` for a run that is not
+    there or not finished; a damaged one also gets a one-line warning (it will be trained again).
+
+    Raises:
+        ConfigMismatchError: the folder holds a run of another configuration than ``config``.
+    """
+    from .checkpoints import CheckpointError, load_model
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "model.pt").exists():
+        return None  # not trained, or killed before its weights were written: trained again
+    metadata = read_metadata(run_dir)
+    problem = None
+    if metadata is None or not isinstance(metadata.get("identity"), dict):
+        problem = "its metadata.json is missing or damaged"
+    else:
+        if config is not None:  # a run of another configuration is never replaced silently
+            check_same_identity(metadata["identity"], config.identity(), f"the run in {run_dir}")
+        try:
+            load_model(run_dir / "model.pt", config=config)
+        except CheckpointError as error:
+            problem = str(error)
+    if problem is None:
+        return metadata
+    if warn and is_rank_zero():
+        print(f"warning: the run in {run_dir} is damaged ({problem}): training it again.", file=sys.stderr)
+    return None
 
 
 def make_trainer(config: TrainConfig, callbacks: list) -> L.Trainer:
@@ -212,20 +255,26 @@ def make_trainer(config: TrainConfig, callbacks: list) -> L.Trainer:
     )
 
 
-def train(config: TrainConfig, overwrite: bool = False) -> tuple[PonderLitModule, dict]:
+def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> tuple[PonderLitModule, dict]:
     """Train one run and write ``history.csv``, ``metadata.json`` and ``model.pt`` to its folder.
 
     Every argument is checked (configuration, logger, data module, module, trainer) before the folder
-    is made. An existing run is replaced only with ``overwrite``.
+    is made. A finished run (its metadata parses and its ``model.pt`` loads) is replaced only with
+    ``overwrite``; an unfinished or damaged one is trained again (a damaged one with a warning). One
+    process at a time trains into a folder (:func:`~pondernet_tutorial.files.folder_lock`): another
+    one raises :class:`~pondernet_tutorial.files.FolderLockedError`, or with ``wait`` waits for it.
+    Every file is written whole (:mod:`~pondernet_tutorial.files`).
+
+    In a multi-process (DDP) run only rank 0 writes; the other ranks return ``(module, None)``.
 
     Returns:
         the module with its best weights loaded (eval mode) and the metadata dictionary.
     """
+    end_with_parent()  # a rank started by Lightning for a multi-process run ends with rank 0
     run_dir = config.run_dir
-    saved = read_metadata(run_dir)
-    if (run_dir / "model.pt").exists() and not overwrite:
-        if saved is not None:
-            check_same_identity(saved.get("identity", {}), config.identity(), f"the run in {run_dir}")
+    if not wait:
+        check_unlocked(run_dir, doing="training it")  # say so before anything is built
+    if not overwrite and is_rank_zero() and completed_run(run_dir, config) is not None:
         raise FileExistsError(f"{run_dir} already holds this trained run; pass overwrite=True (--overwrite).")
     check_logger_available(config.logger)
     L.seed_everything(config.seed, workers=True, verbose=False)  # before the weights are drawn
@@ -254,52 +303,60 @@ def train(config: TrainConfig, overwrite: bool = False) -> tuple[PonderLitModule
             "install it, or choose --accelerator auto/cpu/gpu."
         ) from error
     module.use_cuda_graph(use_cuda_graph(config, trainer, module))
-    if run_dir.exists():  # an unfinished run (no model.pt) or one to overwrite
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    trainer.loggers = [make_logger(config, run_dir / "logs")]
-    start = time.perf_counter()
-    trainer.fit(module, datamodule=datamodule)
-    wall = time.perf_counter() - start
+    with folder_lock(run_dir, wait=wait, doing="training it"):  # one process at a time per run folder
+        if is_rank_zero():  # the other ranks of a DDP run join rank 0's training and write nothing
+            if not overwrite and completed_run(run_dir, config, warn=False) is not None:
+                raise FileExistsError(
+                    f"{run_dir} was trained meanwhile by another process; pass --overwrite."
+                )
+            if run_dir.exists():  # an unfinished or damaged run, or one to overwrite
+                shutil.rmtree(run_dir)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            mark_parent()  # the ranks that fit() starts end with this process
+        trainer.loggers = [make_logger(config, run_dir / "logs")]
+        start = time.perf_counter()
+        trainer.fit(module, datamodule=datamodule)
+        wall = time.perf_counter() - start
+        if not trainer.is_global_zero:
+            return module, None
 
-    best_epoch = len(history.rows) - 1  # without validation: the last epoch
-    if checkpoint.best_model_path:
-        best = torch.load(checkpoint.best_model_path, map_location="cpu", weights_only=True)
-        module.load_state_dict(best["state_dict"])
-        best_epoch = int(best["epoch"])
-    module.cpu().eval()
-    rows = pd.DataFrame(history.rows)
-    rows.to_csv(run_dir / "history.csv", index=False)
-    epoch_times = [row["epoch_time_s"] for row in history.rows]
-    n_train = getattr(datamodule, "train_size", None)
-    metadata = {
-        "identity": config.identity(),
-        "config": asdict(config),
-        "hparams": dict(module.hparams),
-        "epochs_run": len(history.rows),
-        "best_epoch": best_epoch,
-        "best_val_acc": float(checkpoint.best_model_score)
-        if checkpoint.best_model_score is not None
-        else None,
-        "stopped_by": _stopping_reason(stopping, len(history.rows), config.epochs),
-        "wall_time_s": round(wall, 1),
-        "epoch_times_s": epoch_times,
-        "train_samples_per_epoch": n_train,
-        # the median epoch: the first one also holds torch.compile's compilation
-        "train_samples_per_s": round(n_train / statistics.median(epoch_times), 1)
-        if n_train and epoch_times
-        else None,
-        "compiled": module.compiled,
-        "cuda_graph": module.cuda_graph,
-        "engine": ENGINE_VERSION,
-        "hardware": hardware(trainer),
-        "versions": library_versions(),
-        "quick": bool(config.quick or config.train_subset),
-    }
-    (run_dir / "metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
-    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-    save_weights(module, run_dir / "model.pt")  # last: a run with model.pt is complete
-    return module, metadata
+        best_epoch = len(history.rows) - 1  # without validation: the last epoch
+        if checkpoint.best_model_path:
+            best = torch.load(checkpoint.best_model_path, map_location="cpu", weights_only=True)
+            module.load_state_dict(best["state_dict"])
+            best_epoch = int(best["epoch"])
+        module.cpu().eval()
+        write_csv(run_dir / "history.csv", pd.DataFrame(history.rows), index=False)
+        epoch_times = [row["epoch_time_s"] for row in history.rows]
+        n_train = getattr(datamodule, "train_size", None)
+        metadata = {
+            "identity": config.identity(),
+            "config": recorded_config(config),
+            "hparams": dict(module.hparams),
+            "epochs_run": len(history.rows),
+            "best_epoch": best_epoch,
+            "best_val_acc": float(checkpoint.best_model_score)
+            if checkpoint.best_model_score is not None
+            else None,
+            "stopped_by": _stopping_reason(stopping, len(history.rows), config.epochs),
+            "wall_time_s": round(wall, 1),
+            "epoch_times_s": epoch_times,
+            "train_samples_per_epoch": n_train,
+            # the median epoch: the first one also holds torch.compile's compilation
+            "train_samples_per_s": round(n_train / statistics.median(epoch_times), 1)
+            if n_train and epoch_times
+            else None,
+            "compiled": module.compiled,
+            "cuda_graph": module.cuda_graph,
+            "engine": ENGINE_VERSION,
+            "hardware": hardware(trainer),
+            "versions": library_versions(),
+            "quick": bool(config.quick or config.train_subset),
+        }
+        write_json(run_dir / "metadata.json", metadata)
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        save_weights(module, run_dir / "model.pt")  # last: a run with model.pt is complete
+        return module, metadata
 
 
 def _stopping_reason(stopping, epochs_run: int, max_epochs: int) -> str:

@@ -1,0 +1,292 @@
+"""Files written whole, and one process at a time per run folder.
+
+Every file that a run or a study writes (``metadata.json``, ``history.csv``, ``model.pt``, the
+evaluation tables, the study tables) goes through :func:`atomic_file`: it is written to a temporary
+name in the same folder, flushed to the disk (``fsync``) and only then moved onto its name with
+``os.replace``, which is atomic. A process killed or a disk that fills up in the middle of a write
+leaves the old file (or none), never a partial one; the temporary file is removed when the write
+fails, and one left by a killed process is removed by the next write of the same file.
+
+:func:`folder_lock` lets one process at a time train or evaluate into a run folder: a lock file
+``<folder>.lock`` beside the folder, created with ``O_CREAT | O_EXCL`` (so only one process can
+create it), holds the holder's process id, host name and start time. A lock whose holder is gone (on
+this host) is stale and is taken over. This module imports neither PyTorch nor pandas.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import socket
+import sys
+import time
+from pathlib import Path
+
+from .processes import is_rank_zero, pid_alive, process_start
+
+TEMP_SUFFIX = ".tmp"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Atomic writes
+
+
+def _temp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}{TEMP_SUFFIX}")
+
+
+def _remove_stale_temps(path: Path) -> None:
+    """Remove temporary files of ``path`` left by processes that are gone (killed mid-write)."""
+    for temp in path.parent.glob(f".{path.name}.*{TEMP_SUFFIX}"):
+        pid = temp.name[len(path.name) + 2 :].split("-", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            with contextlib.suppress(OSError):
+                temp.unlink()
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the rename itself durable (POSIX; a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "w", **open_options):
+    """A file object open on a temporary name beside ``path``; moved onto ``path`` when the block ends
+    without error, removed when it raises.
+
+    Example::
+
+        with atomic_file(run_dir / "metadata.json") as f:
+            f.write(text)
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_file writes a whole file: mode 'w' or 'wb', got {mode!r}.")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temps(path)
+    temp = _temp_name(path)
+    # O_EXCL: a fresh file of our own; 0o666 lets the umask decide the permissions, as open() does
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    if mode == "w":
+        open_options.setdefault("encoding", "utf-8")
+        open_options.setdefault("newline", "")  # the text is written as given (csv writes its own ends)
+    try:
+        with open(fd, mode, **open_options) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise
+    _fsync_folder(path.parent)
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` whole (UTF-8)."""
+    with atomic_file(path, "w") as handle:
+        handle.write(text)
+    return Path(path)
+
+
+def write_json(path: str | os.PathLike, data) -> Path:
+    """Write ``data`` as indented JSON, whole."""
+    return write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+def write_csv(path: str | os.PathLike, frame, **to_csv_options) -> Path:
+    """Write a pandas ``DataFrame`` as CSV, whole; gzip-compressed when ``path`` ends with ``.gz``."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        # the gzip header names the final file, not the temporary one
+        to_csv_options.setdefault("compression", {"method": "gzip", "filename": path.name})
+    with atomic_file(path, "wb") as handle:
+        frame.to_csv(handle, **to_csv_options)
+    return path
+
+
+def torch_save(obj, path: str | os.PathLike) -> Path:
+    """``torch.save`` to ``path``, whole."""
+    import torch
+
+    with atomic_file(path, "wb") as handle:
+        torch.save(obj, handle)
+    return Path(path)
+
+
+def read_json(path: str | os.PathLike) -> dict | None:
+    """The JSON object in ``path``; ``None`` if the file is missing, empty or damaged."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # missing, unreadable, not JSON (json.JSONDecodeError is a ValueError)
+        return None
+    return data if isinstance(data, dict) else None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Locks
+
+
+class FolderLockedError(FileExistsError):
+    """Another live process holds the folder's lock (``holder``: which one, in words)."""
+
+    def __init__(self, message: str, holder: str = "another process"):
+        super().__init__(message)
+        self.holder = holder
+
+
+def _lock_path(folder: Path) -> Path:
+    return folder.with_name(folder.name + ".lock")
+
+
+def _read_holder(lock: Path) -> dict | None:
+    """The holder recorded in a lock file; ``{}`` while it is being written; ``None`` if it is gone."""
+    try:
+        text = lock.read_text()
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    try:
+        holder = json.loads(text)
+        if isinstance(holder, dict) and isinstance(holder.get("pid"), int):
+            return holder
+    except ValueError:
+        pass
+    # empty or damaged: being written right now, or its writer died at once (stale after a minute)
+    return {} if age < 60 else {"pid": -1, "host": socket.gethostname(), "damaged": True}
+
+
+def _stale(holder: dict) -> bool:
+    if not holder:
+        return False
+    if holder.get("host") != socket.gethostname():
+        return False  # another machine's process: it cannot be checked from here
+    if holder["pid"] == os.getpid():
+        return True  # this process's own, not held now (held ones are in _HELD): a leftover
+    return not pid_alive(holder["pid"], holder.get("started"))
+
+
+def _describe(holder: dict) -> str:
+    if not holder:
+        return "another process"
+    return f"process {holder['pid']} on {holder.get('host', '?')}"
+
+
+def _try_create(lock: Path) -> bool:
+    try:
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": process_start(os.getpid())}
+    with open(fd, "w") as handle:
+        handle.write(json.dumps(me) + "\n")
+    return True
+
+
+def _break_stale(lock: Path, holder: dict) -> None:
+    """Remove a stale lock, unless another process replaced it meanwhile."""
+    aside = lock.with_name(f"{lock.name}.stale-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        os.rename(lock, aside)  # atomic: of several processes breaking it, one moves it
+    except FileNotFoundError:
+        return
+    moved = _read_holder(aside)
+    if moved is not None and moved.get("pid") != holder.get("pid"):  # a fresh lock: put it back
+        with contextlib.suppress(OSError):
+            os.link(aside, lock)
+    else:
+        print(
+            f"warning: {lock} was left by {_describe(holder)}, which has ended: taking it over.",
+            file=sys.stderr,
+            flush=True,
+        )
+    with contextlib.suppress(OSError):
+        aside.unlink()
+
+
+def check_unlocked(folder: str | os.PathLike, doing: str = "working in it") -> None:
+    """Raise :class:`FolderLockedError` if another live process holds ``folder``'s lock; creates
+    nothing (a check before the arguments are checked and any folder is made)."""
+    folder = Path(folder)
+    lock = _lock_path(folder)
+    if not is_rank_zero() or lock.resolve() in _HELD:
+        return
+    holder = _read_holder(lock)
+    if holder is not None and not _stale(holder):
+        raise _locked_error(folder, lock, holder, doing)
+
+
+def _locked_error(folder: Path, lock: Path, holder: dict, doing: str) -> FolderLockedError:
+    return FolderLockedError(
+        f"{folder} is in use: {_describe(holder)} is {doing} (lock {lock.name}); wait for it to finish, "
+        f"or remove the lock if no such process runs.",
+        _describe(holder),
+    )
+
+
+_HELD: dict[Path, int] = {}  # locks this process holds, with their depth (the lock is reentrant)
+
+
+@contextlib.contextmanager
+def folder_lock(
+    folder: str | os.PathLike, wait: bool = True, doing: str = "working in it", poll: float = 0.5
+):
+    """Hold ``<folder>.lock`` for the block: one process at a time in ``folder``.
+
+    Args:
+        wait: wait for another process's lock to be released (saying so in one line), or raise
+            :class:`FolderLockedError` at once.
+        doing: what the holder does, for the messages (``"training it"``).
+
+    The lock is reentrant within a process and is released when the block ends, whatever happens.
+    In a multi-process (DDP) run only rank 0 takes it: the other ranks join rank 0's training.
+    """
+    folder = Path(folder)
+    lock = _lock_path(folder)
+    key = lock.resolve()
+    if not is_rank_zero():
+        yield
+        return
+    if key in _HELD:  # this process holds it already (run_one, then train)
+        _HELD[key] += 1
+        try:
+            yield
+        finally:
+            _HELD[key] -= 1
+        return
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    told = False
+    while not _try_create(lock):
+        holder = _read_holder(lock)
+        if holder is None:  # released meanwhile
+            continue
+        if _stale(holder):
+            _break_stale(lock, holder)
+            continue
+        if not wait:
+            raise _locked_error(folder, lock, holder, doing)
+        if not told:
+            print(f"== waiting for {folder}: {_describe(holder)} is {doing}", file=sys.stderr, flush=True)
+            told = True
+        time.sleep(poll)
+    _HELD[key] = 1
+    try:
+        yield
+    finally:
+        del _HELD[key]
+        holder = _read_holder(lock)
+        if holder and holder.get("pid") == os.getpid():
+            with contextlib.suppress(FileNotFoundError):
+                lock.unlink()

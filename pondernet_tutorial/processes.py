@@ -1,0 +1,113 @@
+"""The processes of a run: which one is rank 0, and children that end with their parent.
+
+A multi-process (DDP) run on one machine is one process per device: Lightning starts the others (the
+same command again, with ``LOCAL_RANK`` set, or ``ddp_spawn``'s workers), and ``reproduce --jobs``
+starts its workers. Only rank 0 prints and writes files. A child must not outlive its parent: killed,
+the parent could not stop them, and a child waiting for rank 0 would wait for half an hour (the
+process group's timeout) holding its memory. :func:`end_with_parent` ties a child to its parent
+(Linux: the kernel's parent-death signal; elsewhere a thread that watches the parent).
+This module imports neither PyTorch nor Lightning.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+PARENT_VARIABLE = "PONDERNET_PARENT_PID"  # the process whose children must end with it
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID")
+
+
+def is_rank_zero() -> bool:
+    """True unless this process is another rank than 0 of a multi-process run (from the environment
+    that Lightning, torchrun or SLURM set)."""
+    return all(os.environ.get(name, "0") in ("0", "") for name in RANK_VARIABLES)
+
+
+def mark_parent() -> None:
+    """Record this process as the parent of the children it is about to start (they inherit it)."""
+    os.environ[PARENT_VARIABLE] = str(os.getpid())
+
+
+def _set_parent_death_signal() -> bool:
+    """Linux: the kernel sends this process SIGKILL when its parent ends."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        return libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)  # the parent has ended: nobody waits for this process's work
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of a process (Linux: clock ticks since boot), to tell a reused process id apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22, counted after the command name
+
+
+def pid_alive(pid: int, started: str | None = None) -> bool:
+    """True if process ``pid`` runs on this host (and started at ``started``, when known)."""
+    if pid <= 0:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        stat = None
+    if stat is not None:
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] in ("Z", "X"):  # a zombie has ended; only its exit status remains
+            return False
+        return started is None or fields[19] == started
+    try:  # no /proc (macOS, Windows): signal 0 checks that the process exists
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def end_with_parent(parent: int | None = None) -> None:
+    """End this process when its parent ``parent`` ends.
+
+    Without ``parent``: in another rank than 0 of a multi-process run, the parent recorded by
+    :func:`mark_parent`; elsewhere (a plain ``train``) nothing happens. A record inherited by a process
+    that is not that parent's child (a stale one) is ignored; a parent that has already ended ends
+    this process at once.
+    """
+    if parent is None:
+        if is_rank_zero():
+            return
+        recorded = os.environ.get(PARENT_VARIABLE, "")
+        if not recorded.isdigit():
+            return
+        parent = int(recorded)
+        if os.getppid() != parent and pid_alive(parent):
+            return  # not that process's child: the record was inherited from further up
+    if parent == os.getpid():
+        return
+    if os.getppid() != parent:  # it ended before we could tie ourselves to it
+        os._exit(1)
+    if not _set_parent_death_signal():
+        threading.Thread(target=_watch, args=(parent,), daemon=True, name="end-with-parent").start()
+    if os.getppid() != parent:  # it ended while we did
+        os._exit(1)

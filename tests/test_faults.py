@@ -1,0 +1,706 @@
+"""Fault injection: checkpoints that try to run code, processes killed or out of disk in the middle of a
+write, damaged runs, two processes in one results folder, multi-process runs, and paths of the machine
+in the results (issue 15, sections 1, 2, 3 and 5).
+
+Processes are killed, or their disk fills up, at the moment they start writing a chosen file, by
+:mod:`fault_injection` (an audit hook that drops the file-size limit to 0: the next byte kills the
+process with SIGXFSZ, or fails as on a full disk). In-process runs are forked children of the test
+process (no second import of PyTorch); the command-line tests run real subprocesses.
+
+Each test failed on the code before these changes (commit d236966), each for the reason it names:
+files written in place (0-byte or empty ``metadata.json``/``model.pt``/tables after a kill or a full
+disk, then a finished-looking run or a ``JSONDecodeError``), no lock (two ``reproduce`` deleting each
+other's folders), a ``model.pt`` trusted without comparing its hyperparameters, checkpoints allowed to
+name any import path, torch's multi-line advice in the unsafe-pickle refusal, every DDP rank writing
+and printing, DDP children and ``reproduce --jobs`` workers outliving a killed parent, and absolute
+paths in ``metadata.json``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import fault_injection
+import pandas as pd
+import pytest
+import torch
+
+import pondernet_tutorial
+from pondernet_tutorial import studies
+from pondernet_tutorial.checkpoints import CheckpointError, load_model, load_pretrained
+from pondernet_tutorial.config import TrainConfig
+from pondernet_tutorial.evaluation import evaluate_run
+from pondernet_tutorial.studies import Study, load_study, reproduce, run_one
+from pondernet_tutorial.training import train
+
+# the checkout whose package the tests import: subprocesses run the same one
+ROOT = Path(pondernet_tutorial.__file__).resolve().parents[1]
+HARNESS = Path(__file__).resolve().parent / "fault_harness"
+TINY = dict(
+    experiment="parity-interpolation",
+    progress_bar=False,
+    epochs=1,
+    train_subset=256,
+    step_options={"hidden_size": 16},
+    max_steps=4,
+    compile=False,
+)
+
+
+TINY_ARGS = ["--experiment", "parity-interpolation", "--epochs", 1, "--train-subset", 256, "--max-steps", 4]
+TINY_ARGS += ["--step-option", "hidden_size=16", "--no-compile", "--no-progress-bar"]
+
+
+def tiny(root, **kwargs) -> TrainConfig:
+    return TrainConfig(**{**TINY, "output_dir": str(root), **kwargs})
+
+
+def env(**extra) -> dict:
+    """The environment of a subprocess: this checkout first on the path, one thread."""
+    variables = dict(os.environ, OMP_NUM_THREADS="1", **extra)
+    paths = [str(ROOT)] + ([variables["PYTHONPATH"]] if variables.get("PYTHONPATH") else [])
+    if "PONDERNET_FAULT_MODE" in extra:
+        paths.insert(0, str(HARNESS))
+    variables["PYTHONPATH"] = os.pathsep.join(paths)
+    return variables
+
+
+def cli(*args, timeout=240, **extra) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pondernet_tutorial", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env(**extra),
+        timeout=timeout,
+    )
+
+
+def in_child(target, *args, fault: tuple | None = None, timeout: float = 120) -> int:
+    """Run ``target(*args)`` in a forked child (quiet), with a fault armed; its exit code (negative:
+    killed by that signal)."""
+
+    def child():
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, 1)
+        os.dup2(quiet, 2)
+        if fault:
+            fault_injection.install(*fault)
+        target(*args)
+
+    process = multiprocessing.get_context("fork").Process(target=child)
+    process.start()
+    process.join(timeout)
+    assert process.exitcode is not None, "the child did not end"
+    return process.exitcode
+
+
+def assert_whole(folder: Path) -> None:
+    """Every file under its own name is whole: not empty, and it parses (json, csv, csv.gz, model.pt).
+    Temporary files (``.name.*.tmp``), locks and Lightning's folders are not results."""
+    for path in sorted(Path(folder).rglob("*")):
+        parts = path.relative_to(folder).parts
+        if path.is_dir() or path.name.startswith(".") or path.suffix == ".lock":
+            continue
+        if "logs" in parts or "checkpoints" in parts:
+            continue
+        assert path.stat().st_size > 0, f"{path} is empty"
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+        elif path.name.endswith((".csv", ".csv.gz")):
+            pd.read_csv(path)
+        elif path.suffix == ".pt":
+            torch.load(path, weights_only=True)
+
+
+def is_complete(config: TrainConfig) -> bool:
+    """Its metadata parses and records this configuration, and its model.pt loads."""
+    try:
+        metadata = json.loads((config.run_dir / "metadata.json").read_text())
+        load_model(config.run_dir / "model.pt")
+    except (OSError, ValueError, CheckpointError):
+        return False
+    return metadata["identity"] == json.loads(json.dumps(config.identity()))
+
+
+def assert_complete(config: TrainConfig) -> None:
+    assert is_complete(config), f"{config.run_dir} is not complete"
+
+
+def leftovers(folder: Path) -> list[Path]:
+    return [p for p in Path(folder).rglob("*") if p.suffix in (".lock", ".tmp")]
+
+
+@pytest.fixture
+def tiny_study(monkeypatch):
+    """A study of two tiny parity runs (PonderNet and ACT), quick: tables in seconds."""
+    study = Study(
+        "faults",
+        "two tiny parity runs",
+        ({**TINY, "seeds": (0,)}, {**TINY, "method": "act", "seeds": (0,)}),
+        ship="all",
+    )
+    monkeypatch.setitem(studies.STUDIES, "faults", study)
+    return study
+
+
+def reproduce_tiny(root):
+    reproduce(["faults"], output_dir=root, quick=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# 1. A checkpoint is data, never code
+
+
+def gadget_checkpoint(path: Path, **hparams) -> Path:
+    """A weights-only file with PonderNet's layout whose hyperparameters name a gadget."""
+    values = {
+        "step": "parity_gru",
+        "n_classes": 2,
+        "method": "pondernet",
+        "step_options": {"n_elements": 16, "hidden_size": 8},
+        "method_options": {"max_steps": 3},
+        "loss_fn": "cross_entropy",
+    }
+    values.update(hparams)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"format": "pondernet_tutorial/weights-v2", "hparams": values, "state_dict": {}}, path)
+    return path
+
+
+def test_a_checkpoint_naming_torch_hub_load_runs_nothing(tmp_path, monkeypatch):
+    """``torch.hub:load`` with a local hubconf.py that writes a marker: refused, in load_model, in
+    load_pretrained on a tampered shipped folder and in ``evaluate --checkpoint`` (one line, exit 2)."""
+    marker = tmp_path / "marker"
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    (hub / "hubconf.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\n\ndef entry(**kwargs):\n    return None\n"
+    )
+    gadget = {
+        "step": "torch.hub:load",
+        "step_options": {"repo_or_dir": str(hub), "model": "entry", "source": "local", "trust_repo": True},
+    }
+    path = gadget_checkpoint(tmp_path / "evil" / "model.pt", **gadget)
+
+    result = cli("evaluate", "--checkpoint", path, "--experiment", "parity-interpolation", "--limit", 2)
+    assert not marker.exists(), "the checkpoint ran hubconf.py"
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "'torch.hub:load' is not registered" in lines[0] and "--trust-code" in lines[0]
+
+    with pytest.raises(CheckpointError, match="torch.hub:load' is not registered") as error:
+        load_model(path)
+    assert "\n" not in str(error.value) and "trust_code=True" in str(error.value)
+    assert not marker.exists()
+
+    # a shipped folder whose model.pt (and metadata) were replaced by the gadget
+    from pondernet_tutorial import checkpoints
+
+    monkeypatch.setattr(checkpoints, "PRETRAINED_DIR", tmp_path / "pretrained")
+    config = tiny(tmp_path / "pretrained")
+    train(config)
+    metadata = json.loads((config.run_dir / "metadata.json").read_text())
+    blob = torch.load(config.run_dir / "model.pt", weights_only=True)
+    blob["hparams"].update(gadget)
+    torch.save(blob, config.run_dir / "model.pt")
+    metadata["hparams"] = blob["hparams"]
+    (config.run_dir / "metadata.json").write_text(json.dumps(metadata))
+    options = {k: v for k, v in TINY.items() if k not in ("experiment", "progress_bar")}
+    with pytest.raises(CheckpointError, match="not the model of the requested configuration"):
+        load_pretrained("parity-interpolation", **options)
+    assert not marker.exists()
+
+
+def test_a_checkpoint_naming_logging_basicconfig_writes_nothing(tmp_path):
+    """``logging:basicConfig(filename=..., filemode="w")`` as the step function emptied any file."""
+    victim = tmp_path / "precious.txt"
+    victim.write_text("precious\n")
+    path = gadget_checkpoint(
+        tmp_path / "evil.pt",
+        step="logging:basicConfig",
+        step_options={"filename": str(victim), "filemode": "w"},
+    )
+    result = cli("evaluate", "--checkpoint", path, "--experiment", "parity-interpolation", "--limit", 2)
+    assert victim.read_text() == "precious\n", "the checkpoint emptied a file"
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "'logging:basicConfig' is not registered" in lines[0]
+    # the loss, or a partial of an unregistered function: refused as well, nothing imported
+    for hparams in (
+        {"loss_fn": "logging:basicConfig"},
+        {"loss_fn": {"partial": "logging:basicConfig", "keywords": {"filename": str(victim)}}},
+        {"step": {"partial": "logging:basicConfig", "keywords": {"filename": str(victim)}}},
+    ):
+        with pytest.raises(CheckpointError, match="basicConfig.* is not registered"):
+            load_model(gadget_checkpoint(tmp_path / "evil2.pt", **hparams))
+    assert victim.read_text() == "precious\n"
+
+
+def test_registered_components_take_only_the_options_they_declare(tmp_path):
+    """No ``**kwargs`` surprises: an option that a registered component does not declare is refused
+    (a component with ``**kwargs`` would otherwise receive anything a file gives it)."""
+    from pondernet_tutorial.registry import UnregisteredComponentError, check_registered
+
+    def permissive(n_classes, hidden_size=4, **anything):
+        return None
+
+    registry = {"permissive": f"{__name__}:PERMISSIVE"}
+    globals()["PERMISSIVE"] = permissive
+    check_registered("permissive", registry, "step function", {"hidden_size": 3}, skip=("n_classes",))
+    with pytest.raises(UnregisteredComponentError, match="takes no option 'filename'"):
+        check_registered("permissive", registry, "step function", {"filename": "/etc/passwd"})
+    with pytest.raises(UnregisteredComponentError, match="not plain data"):
+        check_registered("permissive", registry, "step function", {"hidden_size": torch.ones(1)})
+    for hparams, message in (
+        ({"step_options": {"n_elements": 16, "hidden_size": 8, "colour": 1}}, "takes no option 'colour'"),
+        ({"method_options": {"max_steps": 3, "tau": 0.1}}, "takes no option 'tau'"),
+        ({"loss_fn": {"partial": "cross_entropy", "keywords": {"weight": 2}}}, "takes no option 'weight'"),
+        ({"method": "os:system"}, "'os:system' is not registered"),
+    ):
+        with pytest.raises(CheckpointError, match=message):
+            load_model(gadget_checkpoint(tmp_path / "options.pt", **hparams))
+
+
+class Gadget:
+    def __reduce__(self):
+        return (os.system, ("touch should-never-exist",))
+
+
+def test_an_unsafe_pickle_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "pickle.pt"
+    torch.save({"state_dict": {}, "hparams": {}, "payload": Gadget()}, path)
+    with pytest.raises(CheckpointError) as error:
+        load_model(path)
+    message = str(error.value)
+    assert "\n" not in message and "weights_only=False" not in message and "weights_only" not in message
+    assert "nothing in it was run" in message and "GLOBAL posix.system" in message
+    assert not Path("should-never-exist").exists()
+
+
+# ---------------------------------------------------------------------------------------------------
+# 2. Crashes, full disks and a second process
+
+
+@pytest.mark.parametrize("name", ["history.csv", "metadata.json", "model.pt"])
+def test_a_run_killed_while_writing_is_trained_again(tmp_path, name):
+    """SIGKILL-like death at the first byte of each file of a run: nothing partial under its own name,
+    and the next ``train`` trains it whole (before: a 0-byte model.pt made a finished-looking run)."""
+    config = tiny(tmp_path)
+    assert in_child(train, config, fault=("kill", name)) == -signal.SIGXFSZ
+    assert_whole(tmp_path)
+    assert not is_complete(config)
+    train(config)
+    assert_complete(config)
+    assert not leftovers(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "name, under",
+    [
+        ("summary.csv", "seed0"),
+        ("per_sample.csv.gz", ""),
+        ("evaluation.json", ""),
+        ("runs.csv", "studies"),
+        ("study.json", "studies"),
+    ],
+)
+def test_a_study_killed_while_writing_its_tables_is_finished_by_the_next_reproduce(
+    tiny_study, tmp_path, name, under
+):
+    assert in_child(reproduce_tiny, tmp_path, fault=("kill", name, under)) == -signal.SIGXFSZ
+    assert_whole(tmp_path)
+    reproduce_tiny(tmp_path)
+    tables = load_study("faults", tmp_path)
+    assert len(tables["runs"]) == 2 and len(tables["summary"]) == 2 * 16  # one row per k and run
+    for config in tiny_study.configs(quick=True, output_dir=str(tmp_path)):
+        assert_complete(config)
+        assert json.loads((config.run_dir / "evaluation.json").read_text())["limit"] == 50
+    assert_whole(tmp_path)
+    assert not leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["metadata.json", "model.pt", "study.json"])
+def test_a_full_disk_leaves_no_empty_file_and_the_next_run_completes(tiny_study, tmp_path, name):
+    """A write that fails (full disk) while a file is written: the old file or none, never an empty one;
+    later ``train`` and ``reproduce``, ``--overwrite`` too, complete (before: JSONDecodeError forever)."""
+    if name == "study.json":
+        assert in_child(reproduce_tiny, tmp_path, fault=("full", name)) == 1
+        assert_whole(tmp_path)
+        reproduce_tiny(tmp_path)
+        assert len(load_study("faults", tmp_path)["runs"]) == 2
+    else:
+        config = tiny(tmp_path)
+        assert in_child(train, config, fault=("full", name)) == 1  # the OSError ends it
+        assert_whole(tmp_path)
+        train(config)
+        assert_complete(config)
+        train(config, overwrite=True)
+        assert_complete(config)
+    assert_whole(tmp_path)
+    assert not leftovers(tmp_path)
+
+
+def damage(config: TrainConfig, how: str) -> None:
+    run = config.run_dir
+    if how == "empty metadata.json":
+        (run / "metadata.json").write_text("")
+    elif how == "empty model.pt":
+        (run / "model.pt").write_bytes(b"")
+    elif how == "half a model.pt":
+        data = (run / "model.pt").read_bytes()
+        (run / "model.pt").write_bytes(data[: len(data) // 2])
+    elif how == "metadata.json of no run":
+        (run / "metadata.json").write_text('["not", "a", "record"]')
+
+
+@pytest.mark.parametrize(
+    "how", ["empty metadata.json", "empty model.pt", "half a model.pt", "metadata.json of no run"]
+)
+def test_a_damaged_run_is_trained_again_with_a_one_line_warning(tmp_path, capsys, how):
+    """Before: FileExistsError (a 0-byte model.pt looked finished) or JSONDecodeError, --overwrite too."""
+    config = tiny(tmp_path)
+    train(config)
+    for again, warned in (
+        (lambda: train(config), True),
+        (lambda: train(config, overwrite=True), False),  # replaced anyway: nothing to warn about
+        (lambda: run_one(config, limit=4, overwrite=False, reevaluate=False, threads=None), True),
+    ):
+        damage(config, how)
+        capsys.readouterr()
+        again()
+        assert_complete(config)
+        warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+        assert len(warnings) == warned, warnings
+        if warnings:
+            assert str(config.run_dir) in warnings[0] and "training it again" in warnings[0]
+
+
+def test_a_damaged_run_is_one_warning_and_no_traceback_on_the_command_line(tmp_path):
+    config = tiny(tmp_path)
+    train(config)
+    damage(config, "empty metadata.json")
+    result = cli("train", *TINY_ARGS, "--output-dir", tmp_path)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert sum(line.startswith("warning: the run in") for line in result.stderr.splitlines()) == 1
+    assert_complete(config)
+
+
+def test_a_model_pt_of_another_run_is_refused(tmp_path, monkeypatch):
+    """model.pt carries its own hyperparameters: compared with its folder's record and with the
+    request in load_model, load_pretrained, evaluate_run (reproduce's tables), run_one (retrained),
+    the notebooks' loading and ``evaluate --checkpoint``. Before: λ_p = 0.2 asked, 0.1 returned."""
+    from pondernet_tutorial import checkpoints, notebook
+
+    monkeypatch.setattr(checkpoints, "PRETRAINED_DIR", tmp_path)
+    asked, other = tiny(tmp_path, lambda_p=0.2), tiny(tmp_path, lambda_p=0.1)
+    train(asked)
+    train(other)
+    shutil.copy(other.run_dir / "model.pt", asked.run_dir / "model.pt")
+    path = asked.run_dir / "model.pt"
+    with pytest.raises(
+        CheckpointError, match="not the model that its folder's metadata.json records.*lambda_p"
+    ):
+        load_model(path)
+    options = {k: v for k, v in TINY.items() if k not in ("experiment", "progress_bar")}
+    with pytest.raises(CheckpointError, match="lambda_p"):
+        load_pretrained("parity-interpolation", lambda_p=0.2, **options)
+    with pytest.raises(CheckpointError, match="lambda_p"):
+        evaluate_run(asked, limit=4)
+    run = {"path": asked.run_dir.relative_to(tmp_path).as_posix()}
+    with pytest.raises(CheckpointError, match="lambda_p"):
+        notebook.load_model(tmp_path, run)
+    result = cli("evaluate", "--checkpoint", path, "--limit", 2)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    # the folder's record forged too: the request still tells them apart
+    metadata = json.loads((other.run_dir / "metadata.json").read_text())
+    saved = json.loads((asked.run_dir / "metadata.json").read_text())
+    saved["hparams"] = metadata["hparams"]
+    (asked.run_dir / "metadata.json").write_text(json.dumps(saved))
+    with pytest.raises(CheckpointError, match="not the model of the requested configuration.*lambda_p"):
+        load_pretrained("parity-interpolation", lambda_p=0.2, **options)
+    with pytest.raises(CheckpointError, match="lambda_p"):
+        evaluate_run(asked, limit=4)
+    assert run_one(asked, limit=4, overwrite=False, reevaluate=False, threads=None)["done"] == "trained"
+    assert load_model(path).hparams.method_options["lambda_p"] == 0.2
+
+
+def write_lock(folder: Path, pid: int) -> Path:
+    lock = folder.with_name(folder.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text(json.dumps({"pid": pid, "host": socket.gethostname()}))
+    return lock
+
+
+def test_a_run_that_another_process_trains_is_refused_or_waited_for_in_one_line(tmp_path, capsys):
+    config = tiny(tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        lock = write_lock(config.run_dir, holder.pid)
+        with pytest.raises(FileExistsError, match=f"process {holder.pid} on .* is training it") as error:
+            train(config)
+        assert "\n" not in str(error.value) and not config.run_dir.exists()
+        result = cli("train", *TINY_ARGS, "--output-dir", tmp_path)
+        assert result.returncode == 2 and result.stderr.strip().splitlines() == [f"error: {error.value}"]
+        record = run_one(config, limit=4, overwrite=False, reevaluate=False, threads=None, wait=False)
+        assert record["done"] == "busy"
+        out = capsys.readouterr().out.splitlines()
+        assert len(out) == 1 and out[0].startswith("== later:") and str(holder.pid) in out[0]
+        threading.Timer(2.0, holder.kill).start()  # the holder ends while the next one waits
+        record = run_one(config, limit=4, overwrite=False, reevaluate=False, threads=None, wait=True)
+        assert record["done"] == "trained"
+        err = capsys.readouterr().err.splitlines()
+        assert sum(line.startswith("== waiting for") for line in err) == 1
+        assert sum("has ended: taking it over" in line for line in err) == 1
+        assert_complete(config)
+        assert not lock.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_stale_lock_is_taken_over(tmp_path, capsys):
+    config = tiny(tmp_path)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lock = write_lock(config.run_dir, dead.pid)
+    train(config)
+    assert_complete(config)
+    assert "taking it over" in capsys.readouterr().err and not lock.exists()
+
+
+@pytest.mark.slow
+def test_two_reproduce_processes_into_one_folder_both_finish_every_run(tmp_path):
+    """Before: both crashed (one deleted the folder the other trained into) and 0 of 8 runs finished."""
+    args = [sys.executable, "-m", "pondernet_tutorial", "reproduce", "--study", "parity-interpolation"]
+    args += ["--quick", "--output-dir", str(tmp_path)]
+    logs = [tmp_path.with_name(f"{tmp_path.name}-{i}.log") for i in range(2)]
+    processes = []
+    for log in logs:
+        with open(log, "w") as handle:
+            processes.append(
+                subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, env=env())
+            )
+        time.sleep(1.0)
+    codes = [p.wait(timeout=300) for p in processes]
+    texts = [log.read_text() for log in logs]
+    assert codes == [0, 0], texts
+    assert not any("Traceback" in text for text in texts)
+    configs = studies.get_study("parity-interpolation").configs(quick=True, output_dir=str(tmp_path))
+    trained = [line for text in texts for line in text.splitlines() if line.startswith("== training")]
+    assert sorted(trained) == sorted(f"== training {c.run_dir}" for c in configs)  # each run once
+    for config in configs:
+        assert_complete(config)
+    assert len(load_study("parity-interpolation", tmp_path)["runs"]) == 8
+    assert_whole(tmp_path)
+    assert not leftovers(tmp_path)
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="two CPU processes need two cores")
+def test_only_rank_zero_prints_and_writes_in_a_ddp_run(tmp_path):
+    log = tmp_path / "writes.log"
+    result = cli(
+        "train",
+        "--experiment",
+        "parity-interpolation",
+        "--quick",
+        "--step-option",
+        "hidden_size=16",
+        "--accelerator",
+        "cpu",
+        "--devices",
+        2,
+        "--strategy",
+        "ddp",
+        "--output-dir",
+        tmp_path / "runs",
+        "--no-progress-bar",
+        PONDERNET_FAULT_MODE="log",
+        PONDERNET_FAULT_LOG=str(log),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("best val accuracy") == 1, result.stdout
+    results = ("history.csv", "metadata.json", "model.pt")
+    writers = set()
+    for line in log.read_text().splitlines():
+        pid, path = line.split(" ", 1)
+        name = Path(path).name
+        if any(name == r or name.startswith(f".{r}.") for r in results):
+            writers.add(pid)
+    assert len(writers) == 1, log.read_text()
+    assert_whole(tmp_path / "runs")
+
+
+# ---------------------------------------------------------------------------------------------------
+# 3. The children of a multi-process run end with their parent
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def end(parent: subprocess.Popen, kids: list[int]) -> None:
+    """Kill what a test started, whatever happened."""
+    parent.kill()
+    parent.wait()
+    for kid in kids:
+        if running(kid):
+            os.kill(kid, signal.SIGKILL)
+
+
+def wait_until(condition, timeout: float, step: float = 0.2) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(step)
+    return condition()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table in /proc")
+def test_ddp_children_end_with_their_parent(tmp_path):
+    """Before: a DDP child whose parent was killed waited for it for half an hour."""
+    args = ["train", "--experiment", "parity-interpolation", "--quick", "--epochs", 50]
+    args += ["--accelerator", "cpu", "--devices", 2, "--strategy", "ddp", "--no-progress-bar"]
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "pondernet_tutorial", *map(str, args), "--output-dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        env=env(),
+    )
+    kids = []
+    try:
+        assert wait_until(lambda: children(parent.pid), 120), "no child started"
+        kids = children(parent.pid)
+        parent.kill()
+        parent.wait()
+        assert wait_until(lambda: not any(running(k) for k in kids), 40), "children outlived their parent"
+    finally:
+        end(parent, kids)
+
+
+LONG_STUDY = """
+import sys
+from pondernet_tutorial import studies
+run = {"experiment": "parity-interpolation", "epochs": 200, "early_stopping_patience": 0, "stop_at_val_acc": 0}
+studies.STUDIES["long"] = studies.Study("long", "two long runs", (run, {**run, "lambda_p": 0.1}))
+studies.reproduce(["long"], output_dir=sys.argv[1], quick=True, jobs=2)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table in /proc")
+def test_reproduce_workers_end_with_their_parent(tmp_path):
+    """Before: ``reproduce --jobs`` workers trained on after their parent was killed."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", LONG_STUDY, str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        env=env(),
+    )
+    workers = []
+    try:
+        training = lambda: any(tmp_path.glob("parity-interpolation/*/seed*/logs"))  # noqa: E731
+        assert wait_until(training, 180), "no worker started training"
+        workers = [k for k in children(parent.pid) if b"spawn_main" in cmdline(k)]
+        assert workers, [cmdline(k) for k in children(parent.pid)]
+        parent.kill()
+        parent.wait()
+        assert wait_until(lambda: not any(running(w) for w in workers), 15), "workers outlived their parent"
+    finally:
+        end(parent, workers)
+
+
+# ---------------------------------------------------------------------------------------------------
+# 5. Nothing of this machine in a result
+
+
+def strings(value):
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from strings(v)
+    elif isinstance(value, str):
+        yield value
+
+
+def test_results_record_no_path_of_the_machine(tiny_study, tmp_path):
+    """metadata.json recorded output_dir and data_dir as given (absolute ones too)."""
+    root = tmp_path / "results"
+    config = tiny(root, data_dir=str(tmp_path / "data"))
+    train(config)
+    reproduce_tiny(root)
+    for path in [*root.rglob("*.json"), *root.rglob("*.csv"), *root.rglob("*.csv.gz")]:
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+        assert str(tmp_path) not in text, path
+    metadata = json.loads((config.run_dir / "metadata.json").read_text())
+    assert not [s for s in strings(metadata) if os.path.isabs(s)]
+    # and the shipped results hold none either
+    from pondernet_tutorial.config import PRETRAINED_DIR
+
+    for path in [*PRETRAINED_DIR.rglob("*.json"), *PRETRAINED_DIR.glob("studies/*/*.csv")]:
+        text = path.read_text()
+        if path.suffix == ".json":
+            assert not [s for s in strings(json.loads(text)) if os.path.isabs(s)], path
+        assert str(ROOT) not in text and "/home/" not in text and "/work/" not in text, path
+
+
+def test_only_a_child_of_the_recorded_parent_is_tied_to_it():
+    """An inherited record of a parent (a notebook kernel that trained, then ran a command) must not end
+    a process that is not that parent's child; a rank whose parent has ended ends at once."""
+    probe = "from pondernet_tutorial.processes import end_with_parent; end_with_parent(); print('alive')"
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    try:
+        for rank, parent, alive in (("1", stranger.pid, True), ("0", dead.pid, True), ("1", dead.pid, False)):
+            result = subprocess.run(
+                [sys.executable, "-c", probe],
+                capture_output=True,
+                text=True,
+                env=env(LOCAL_RANK=rank, PONDERNET_PARENT_PID=str(parent)),
+                timeout=60,
+            )
+            assert (result.stdout.strip() == "alive") == alive, (rank, parent, result)
+    finally:
+        stranger.kill()
+        stranger.wait()
