@@ -50,7 +50,12 @@ def save_weights(module: PonderLitModule, path: str | os.PathLike) -> Path:
 
 
 def _accepted_hparams() -> set[str]:
-    return set(inspect.signature(PonderLitModule.__init__).parameters) - {"self", "compile", "cuda_graph"}
+    return set(inspect.signature(PonderLitModule.__init__).parameters) - {
+        "self",
+        "grad_clip",
+        "compile",
+        "cuda_graph",
+    }
 
 
 def _read_error(path: Path, error: Exception) -> CheckpointError:

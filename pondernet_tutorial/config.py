@@ -223,6 +223,14 @@ class TrainConfig:
         check=between(0, 1, "both"),
         optional=True,
     )
+    select_by: str = setting(
+        str,
+        "val/acc",
+        "the epoch whose weights a run keeps: the best val/acc (the first of equals), or the lowest val/loss "
+        "(where accuracy saturates before halting settles)",
+        choices=("val/acc", "val/loss"),
+        omitted_at_default=True,
+    )
     precision: str = setting(str, "32-true", "Lightning precision", choices=PRECISIONS, reproduce=True)
     train_subset: int | None = setting(
         int,
@@ -320,11 +328,15 @@ class TrainConfig:
 
     # ------------------------------------------------------------------ what the run is
     def method_options(self) -> dict:
-        """The keyword arguments of the halting method (besides the step function)."""
-        return {
-            "max_steps": self.max_steps,
-            **{name: getattr(self, name) for name in METHOD_OPTIONS[self.method]},
-        }
+        """The keyword arguments of the halting method (besides the step function); an option newer
+        than the shipped runs is left out at its default, so that their saved hyperparameters stay the
+        model's."""
+        options = {"max_steps": self.max_steps}
+        for name, declared in METHOD_OPTIONS[self.method].items():
+            value = getattr(self, name)
+            if not (declared.omitted_at_default and value == declared.default):
+                options[name] = value
+        return options
 
     def identity(self) -> dict:
         """The fields that change the trained model, with the method's irrelevant options left out."""
@@ -428,12 +440,15 @@ def option(name: str, method: str | None = None) -> Option:
 
 def default_value(name: str, experiment: str, method: str, quick: bool = False):
     """The default of a field for an experiment and method: the quick settings (in quick mode), else the
-    experiment's defaults, else the method's or the global declaration's."""
+    experiment's defaults (``"method.name"`` for one method's, then ``"name"``), else the method's or the
+    global declaration's."""
     spec = get_experiment(experiment)
     if name == "compile":  # compilation takes tens of seconds: not worth it in quick mode
         return not quick and spec.defaults.get("compile", FIELD_OPTIONS["compile"].default)
     if quick and name in spec.quick:
         return spec.quick[name]
+    if f"{method}.{name}" in spec.defaults:  # a default for one method only (e.g. "act.halting_bias")
+        return spec.defaults[f"{method}.{name}"]
     return spec.defaults.get(name, option(name, method).default)
 
 

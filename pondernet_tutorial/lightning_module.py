@@ -69,7 +69,8 @@ class PonderLitModule(L.LightningModule):
             validation set) or ``"constant"``.
         lr_patience, lr_factor: ReduceLROnPlateau's settings.
         eval_seed: seed of the halting coins in validation and test, so that they are reproducible.
-        grad_clip: clip the gradients' norm to this value (0: no clipping).
+        grad_clip: clip the gradients' norm to this value (0: no clipping). Not saved (a run's
+            configuration records it; a loaded model does not need it).
         compile: ``torch.compile`` the unroll and the loss that training, validation and test run
             (``_fit_losses``). Not saved: a loaded model runs eagerly.
         cuda_graph: replay each training step from one CUDA graph (CUDA, one device; see
@@ -115,7 +116,6 @@ class PonderLitModule(L.LightningModule):
                 "lr_patience": lr_patience,
                 "lr_factor": lr_factor,
                 "eval_seed": eval_seed,
-                "grad_clip": float(grad_clip),
             }
         )
         step_function = resolve_component(step, STEPS, "step function")(
@@ -130,6 +130,7 @@ class PonderLitModule(L.LightningModule):
         terms = self.model.loss_terms
         self.metrics = nn.ModuleDict({"fit": stage_metrics(terms), "validation": stage_metrics(terms)})
         self.test_metrics = nn.ModuleList()
+        self.grad_clip = float(grad_clip)
         self._compile = bool(compile)
         self._graphed: GraphedStep | None = None
         self._generator: torch.Generator | None = None
@@ -213,7 +214,7 @@ class PonderLitModule(L.LightningModule):
                 self._training_values,
                 self.parameters(),
                 optimizer.optimizer,
-                self.hparams.grad_clip,
+                self.grad_clip,
                 capture=self.device.type == "cuda",
             )
         before = getattr(optimizer, "_on_before_step", None)  # Lightning's count of optimiser steps
@@ -279,10 +280,8 @@ class PonderLitModule(L.LightningModule):
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
         """Clip the gradients' norm to ``grad_clip`` (the module's own setting, so that the replayed
         step and Lightning's automatic optimisation clip alike)."""
-        if self.hparams.grad_clip > 0:
-            self.clip_gradients(
-                optimizer, gradient_clip_val=self.hparams.grad_clip, gradient_clip_algorithm="norm"
-            )
+        if self.grad_clip > 0:
+            self.clip_gradients(optimizer, gradient_clip_val=self.grad_clip, gradient_clip_algorithm="norm")
 
     def configure_optimizers(self):
         if self.cuda_graph and self.device.type == "cuda":  # the update is captured: lr is a tensor

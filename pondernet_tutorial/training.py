@@ -283,7 +283,11 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
     module = make_module(config)
     history = History()
     checkpoint = ModelCheckpoint(
-        dirpath=run_dir / "checkpoints", filename="best", monitor="val/acc", mode="max", save_top_k=1
+        dirpath=run_dir / "checkpoints",
+        filename="best",
+        monitor=config.select_by,
+        mode="min" if config.select_by.endswith("loss") else "max",
+        save_top_k=1,
     )
     callbacks = [history, checkpoint, StopOnNonFinite()]
     stopping = None
@@ -335,9 +339,7 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
             "hparams": dict(module.hparams),
             "epochs_run": len(history.rows),
             "best_epoch": best_epoch,
-            "best_val_acc": float(checkpoint.best_model_score)
-            if checkpoint.best_model_score is not None
-            else None,
+            "best_val_acc": history.rows[best_epoch].get("val/acc") if history.rows else None,
             "stopped_by": _stopping_reason(stopping, len(history.rows), config.epochs),
             "wall_time_s": round(wall, 1),
             "epoch_times_s": epoch_times,

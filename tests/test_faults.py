@@ -92,6 +92,7 @@ def in_child(target, *args, fault: tuple | None = None, timeout: float = 120) ->
     killed by that signal)."""
 
     def child():
+        torch.set_num_threads(1)  # the parent's OpenMP pool does not survive a fork: one thread, no pool
         quiet = os.open(os.devnull, os.O_WRONLY)
         os.dup2(quiet, 1)
         os.dup2(quiet, 2)
@@ -102,7 +103,10 @@ def in_child(target, *args, fault: tuple | None = None, timeout: float = 120) ->
     process = multiprocessing.get_context("fork").Process(target=child)
     process.start()
     process.join(timeout)
-    assert process.exitcode is not None, "the child did not end"
+    if process.exitcode is None:
+        process.kill()
+        process.join()
+        raise AssertionError("the child did not end")
     return process.exitcode
 
 

@@ -94,7 +94,17 @@ METHOD_OPTIONS: dict[str, dict[str, Option]] = {
         "halting_bias": _HALTING_BIAS,
         "eval_max_steps": _EVAL_MAX_STEPS,
     },
-    "fixed": {},
+    "fixed": {
+        "eval_max_steps": Option(
+            int,
+            None,
+            "the steps at evaluation and inference (none: max_steps, the k it was trained with); the answer is "
+            "the last one's",
+            check=at_least(1),
+            optional=True,
+            omitted_at_default=True,
+        )
+    },
 }
 # The options each method's run folders always name.
 NAMED_IN_FOLDER: dict[str, tuple[str, ...]] = {

@@ -21,19 +21,26 @@ class FixedSteps(PonderingMethod):
         step_function: the network that is applied at every step.
         max_steps: ``k``, the number of steps every input gets.
         loss_fn: per-sample task loss (cross-entropy by default).
+        eval_max_steps: the steps at evaluation and inference (default ``k``): the answer is then the
+            prediction of step ``eval_max_steps``.
     """
 
     loss_terms = ("task",)
     step_answers = True
 
-    def __init__(self, step_function, max_steps: int = 1, loss_fn=None):
-        super().__init__(step_function, max_steps, loss_fn)
+    def __init__(self, step_function, max_steps: int = 1, loss_fn=None, eval_max_steps: int | None = None):
+        super().__init__(step_function, max_steps, loss_fn, eval_max_steps=eval_max_steps)
 
     def forward(self, x) -> PonderOutput:
-        return self.fit_forward(self.inference_input(x))
+        return self.evaluation_forward(self.inference_input(x))
 
-    def fit_forward(self, x) -> PonderOutput:
-        logits, halting_logits, _ = unroll(self.step_function, x, self.max_steps)
+    def evaluation_forward(self, x) -> PonderOutput:
+        """``eval_max_steps`` steps (default ``k``), answering with the last one's prediction: the same
+        network run for longer than it was trained for."""
+        return self.fit_forward(x, self.eval_steps)
+
+    def fit_forward(self, x, steps: int | None = None) -> PonderOutput:
+        logits, halting_logits, _ = unroll(self.step_function, x, steps or self.max_steps)
         k, batch = halting_logits.shape
         halt_step = halting_logits.new_full((batch,), k, dtype=torch.long)
         p = torch.zeros_like(halting_logits, dtype=logits.dtype)
