@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 MNIST_DATA = "pondernet_tutorial.data.mnist:MNISTDataModule"
 PARITY_DATA = "pondernet_tutorial.data.parity:ParityDataModule"
+POINTER_DATA = "pondernet_tutorial.data.pointer:PointerDataModule"
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,26 @@ _PARITY = dict(
     quick={"epochs": 2, "train_subset": 2560, "limit": 50},
     group_by=("set", "k"),
 )
+# Pointer chasing: walks through 1 to 8 slots in training, 9 to 16 beyond it, among 32 slots.
+POINTER_SLOTS, POINTER_TRAIN_K, POINTER_BEYOND_K = 32, (1, 8), (9, 16)
+_POINTER = dict(
+    datamodule=POINTER_DATA,
+    step="pointer_attention",
+    step_options={"n_slots": POINTER_SLOTS, "hidden_size": 64, "key_size": 32},
+    n_classes=POINTER_SLOTS,
+    defaults={
+        "lr": 1e-3,
+        "grad_clip": 1.0,
+        "epochs": 5,
+        "lr_schedule": "constant",
+        "max_steps": 10,
+        "lambda_p": 0.5,
+        "tau": 1e-2,
+        "compile": True,
+    },
+    quick={"epochs": 1, "train_subset": 1280, "limit": 20},
+    group_by=("set", "k"),
+)
 
 EXPERIMENTS: dict[str, Experiment] = {
     e.name: e
@@ -117,6 +138,14 @@ EXPERIMENTS: dict[str, Experiment] = {
                 "test_k": (PARITY_ELEMENTS // 2 + 1, PARITY_ELEMENTS),
             },
             **_PARITY,
+        ),
+        Experiment(
+            "pointer-extrapolation",
+            f"follow the arrows from slot 0 to the end of its chain among {POINTER_SLOTS} slots: walks "
+            f"through {POINTER_TRAIN_K[0]} to {POINTER_TRAIN_K[1]} slots in training and in the set test, "
+            f"{POINTER_BEYOND_K[0]} to {POINTER_BEYOND_K[1]} in the set beyond",
+            data_options={"n_slots": POINTER_SLOTS, "train_k": POINTER_TRAIN_K, "beyond_k": POINTER_BEYOND_K},
+            **_POINTER,
         ),
     ]
 }
