@@ -91,7 +91,7 @@ POINTER_SLOTS, POINTER_TRAIN_K, POINTER_BEYOND_K = 32, (1, 8), (9, 16)
 _POINTER = dict(
     datamodule=POINTER_DATA,
     step="pointer_attention",
-    step_options={"n_slots": POINTER_SLOTS, "hidden_size": 64, "key_size": 32},
+    step_options={"n_slots": POINTER_SLOTS},  # 64 GRU units, keys of 32: the step function's defaults
     n_classes=POINTER_SLOTS,
     defaults={
         "lr": 1e-3,

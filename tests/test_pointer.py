@@ -3,8 +3,8 @@
 Deliberate breaks these tests catch (each was tried):
 - the walk ending one slot later (``position == k + 1`` in ``pointer_batch``):
   test_labels_and_difficulty_match_a_walk;
-- a distractor chain running into the walk (arrows no longer one per target):
-  test_arrows_form_disjoint_chains;
+- a distractor chain running into the walk (arrows no longer one per target), and distractor chains
+  ending half as often as ``end_prob`` says: test_arrows_form_disjoint_chains;
 - the test set drawn from the global generator: test_sets_are_fixed_and_the_training_data_follows_the_seed;
 - values that look two arrows ahead (``e_{a_{a_i}}``): test_encode_describes_each_slot_on_its_own;
 - a second lookup in ``step`` (reading again with the first read as the query):
@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from pondernet_tutorial.config import TrainConfig
-from pondernet_tutorial.data.pointer import PointerDataModule, pointer_batch
+from pondernet_tutorial.data.pointer import END_PROB, PointerDataModule, pointer_batch
 from pondernet_tutorial.evaluation import evaluate_run
 from pondernet_tutorial.methods.pondernet import PonderNet
 from pondernet_tutorial.steps import step_class
@@ -60,8 +60,9 @@ def test_arrows_form_disjoint_chains():
                 slot = row[slot]
             assert row[slot] == slot
     exits = (~moves).sum(1).float()
-    # the walk's exit, the last slot's, and each of the 16 − k − 1 slots between with probability 1/4
-    assert exits.min() >= 2 and abs(exits.mean() - (2 + (16 - k.float() - 1).mean() / 4)) < 0.1
+    # the walk's exit, the last slot's, and each of the 16 − k − 1 slots between with probability END_PROB
+    expected = 2 + (16 - k.float() - 1).mean() * END_PROB
+    assert exits.min() >= 2 and abs(exits.mean() - expected) < 0.1
 
 
 def test_sets_are_fixed_and_the_training_data_follows_the_seed():
@@ -96,9 +97,9 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="train_k"):
         PointerDataModule(n_slots=8, train_k=(0, 4))
     with pytest.raises(ValueError, match="beyond_k"):
-        PointerDataModule(n_slots=8, beyond_k=(5, 9))
+        PointerDataModule(n_slots=8, train_k=(1, 4), beyond_k=(5, 9))
     with pytest.raises(ValueError, match="end_prob"):
-        PointerDataModule(end_prob=0)
+        PointerDataModule(n_slots=8, train_k=(1, 4), end_prob=0)
     with pytest.raises(ValueError, match="n_classes"):
         PointerStep(8, n_classes=10)
     with pytest.raises(ValueError, match=r"\(batch, 8\)"):

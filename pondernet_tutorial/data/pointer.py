@@ -28,13 +28,14 @@ from torch.utils.data import DataLoader, Dataset
 from .base import EvalSet, batch_loader, check_batch_size
 
 VAL_SEED, TEST_SEED, BEYOND_SEED = 2_100, 3_100, 4_100
+END_PROB = 0.25  # a distractor chain's mean length: 4 slots
 
 
 def pointer_batch(
     batch: int,
     n_slots: int,
     k_range: tuple[int, int],
-    end_prob: float = 0.25,
+    end_prob: float = END_PROB,
     generator: torch.Generator | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Draw ``batch`` pointer-chasing samples.
@@ -110,11 +111,11 @@ class PointerDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        n_slots: int = 32,
-        train_k: tuple[int, int] = (1, 8),
+        n_slots: int,
+        train_k: tuple[int, int],
         test_k: tuple[int, int] | None = None,
         beyond_k: tuple[int, int] | None = None,
-        end_prob: float = 0.25,
+        end_prob: float = END_PROB,
         batch_size: int = 128,
         train_subset: int | None = None,
         val_size: int = 8192,
