@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 MNIST_DATA = "pondernet_tutorial.data.mnist:MNISTDataModule"
 PARITY_DATA = "pondernet_tutorial.data.parity:ParityDataModule"
+POINTER_DATA = "pondernet_tutorial.data.pointer:PointerDataModule"
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,8 @@ class Experiment:
         step: name of the default step function in :data:`pondernet_tutorial.steps.STEPS`.
         step_options: keyword arguments of the default step function (besides ``n_classes``).
         n_classes: number of classes.
-        defaults: training settings that differ from :class:`~pondernet_tutorial.config.TrainConfig`'s.
+        defaults: training settings that differ from :class:`~pondernet_tutorial.config.TrainConfig`'s;
+            ``"method.option"`` sets a default for one method only (``"act.halting_bias"``).
         quick: the settings of quick mode (CI only, never shipped).
         evaluation: keyword arguments that give the data module its evaluation sets.
         group_by: the columns that identify a group in the evaluation tables.
@@ -88,9 +90,9 @@ _LABML_DEFAULTS = {
 }
 # The paper's set-up (Banino et al. 2021, §2.3, §3.1, appendix B.1): a simple RNN of 128 tanh units,
 # Adam 3e-4, batch 128, N = 20, β = 0.01, λ_p = 0.1 (its figure 2c), N in training by the ε rule with
-# ε = 0.05, no step limit at evaluation (here a budget of PAPER_EVAL_STEPS). What the paper does not
-# state is this package's choice: no gradient clipping, the training budget, the remaining mass on
-# the last step.
+# ε = 0.05, no step limit at evaluation (here a budget of PAPER_EVAL_STEPS); ACT as Graves set it up
+# (ε = 0.01, halting bias +1). What the papers do not state is this package's choice: no gradient
+# clipping, the training budget, the remaining mass on the step where the ε rule stops.
 PAPER_EVAL_STEPS = 100
 _PAPER_DEFAULTS = {
     **_LABML_DEFAULTS,
@@ -98,7 +100,9 @@ _PAPER_DEFAULTS = {
     "lambda_p": 0.1,
     "beta": 0.01,
     "train_epsilon": 0.05,
-    "eval_max_steps": PAPER_EVAL_STEPS,
+    "pondernet.eval_max_steps": PAPER_EVAL_STEPS,
+    "act.eval_max_steps": PAPER_EVAL_STEPS,
+    "act.halting_bias": 1.0,  # Graves (2016, §3): "the initial halting unit bias b_h ... was 1"
 }
 
 
@@ -134,6 +138,33 @@ def parity_experiments(name: str, n_elements: int, setup: str, settings=("interp
     ]
 
 
+# Pointer chasing: walks through 1 to 8 slots in training, 9 to 16 beyond it, among 32 slots.
+POINTER_SLOTS, POINTER_TRAIN_K, POINTER_BEYOND_K = 32, (1, 8), (9, 16)
+_POINTER = dict(
+    datamodule=POINTER_DATA,
+    step="pointer_attention",
+    step_options={"n_slots": POINTER_SLOTS},  # 64 GRU units, keys of 32: the step function's defaults
+    n_classes=POINTER_SLOTS,
+    defaults={
+        "lr": 1e-3,
+        "grad_clip": 1.0,
+        "epochs": 5,
+        "lr_schedule": "constant",
+        "max_steps": 10,
+        "lambda_p": 0.5,
+        "tau": 1e-2,
+        "compile": True,
+        # walks beyond the training range need more steps than training's budget
+        "pondernet.eval_max_steps": 20,
+        "act.eval_max_steps": 20,
+        # accuracy reaches 1.0 within an epoch or two, while halting still settles: keep the epoch of
+        # the lowest validation loss, not the first perfect one
+        "select_by": "val/loss",
+    },
+    quick={"epochs": 1, "train_subset": 1280, "limit": 20},
+    group_by=("set", "k"),
+)
+
 EXPERIMENTS: dict[str, Experiment] = {
     e.name: e
     for e in [
@@ -155,6 +186,14 @@ EXPERIMENTS: dict[str, Experiment] = {
         # the paper's sizes (for a GPU): 64 elements for interpolation, 96 for extrapolation
         *parity_experiments("parity-paper64", 64, "paper", ("interpolation",)),
         *parity_experiments("parity-paper96", 96, "paper", ("extrapolation",)),
+        Experiment(
+            "pointer-extrapolation",
+            f"follow the arrows from slot 0 to the end of its chain among {POINTER_SLOTS} slots: walks "
+            f"through {POINTER_TRAIN_K[0]} to {POINTER_TRAIN_K[1]} slots in training and in the set test, "
+            f"{POINTER_BEYOND_K[0]} to {POINTER_BEYOND_K[1]} in the set beyond",
+            data_options={"n_slots": POINTER_SLOTS, "train_k": POINTER_TRAIN_K, "beyond_k": POINTER_BEYOND_K},
+            **_POINTER,
+        ),
     ]
 }
 

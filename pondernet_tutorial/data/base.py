@@ -57,6 +57,28 @@ class TensorBatches(Dataset):
         return inputs, self.labels[index]
 
 
+class FreshBatches(Dataset):
+    """``batches_per_epoch`` fresh batches per epoch, drawn when asked for (no two alike): ``draw(batch,
+    generator=generator) -> (inputs, labels, ...)`` for a task generated on the fly (parity, pointers)."""
+
+    def __init__(self, draw, batch_size: int, batches_per_epoch: int, generator: torch.Generator):
+        self.draw, self.generator = draw, generator
+        self.batch_size, self.batches_per_epoch = batch_size, batches_per_epoch
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch
+
+    def __getitem__(self, index: int):
+        inputs, labels, *_ = self.draw(self.batch_size, generator=self.generator)
+        return inputs, labels
+
+
+def fresh_loader(draw, batch_size: int, batches_per_epoch: int, seed: int, stream: str) -> DataLoader:
+    """The training loader of a generated task: :class:`FreshBatches` from the run's own generator."""
+    dataset = FreshBatches(draw, batch_size, batches_per_epoch, data_generator(seed, stream))
+    return DataLoader(dataset, batch_size=None, shuffle=False, pin_memory=pin())
+
+
 def data_generator(seed: int, stream: str) -> torch.Generator:
     """A CPU generator for one random stream of a run's data (``"order"``, ``"rotations"``, …), seeded
     from the run's seed and the stream's name: independent of the global generator and of each other."""

@@ -13,12 +13,14 @@ the run's seed.
 
 from __future__ import annotations
 
+import functools
+
 import lightning as L
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
-from .base import EvalSet, batch_loader, check_batch_size, data_generator, pin
+from .base import EvalSet, batch_loader, check_batch_size, fresh_loader
 
 VAL_SEED, TEST_SEED = 2_000, 3_000
 
@@ -52,30 +54,6 @@ def check_k_range(k_range, n_elements: int, name: str) -> tuple[int, int]:
             f"{name} must satisfy 1 <= k_min <= k_max <= n_elements={n_elements}, got {k_range}."
         )
     return k_min, k_max
-
-
-class ParityBatches(Dataset):
-    """``batches_per_epoch`` fresh batches per epoch, drawn from ``generator`` when asked for (no two
-    alike)."""
-
-    def __init__(
-        self,
-        n_elements: int,
-        k_range: tuple[int, int],
-        batch_size: int,
-        batches_per_epoch: int,
-        generator: torch.Generator | None = None,
-    ):
-        self.n_elements, self.k_range = n_elements, k_range
-        self.batch_size, self.batches_per_epoch = batch_size, batches_per_epoch
-        self.generator = generator
-
-    def __len__(self) -> int:
-        return self.batches_per_epoch
-
-    def __getitem__(self, index: int):
-        x, y, _ = parity_batch(self.batch_size, self.n_elements, self.k_range, self.generator)
-        return x, y
 
 
 class ParityDataModule(L.LightningDataModule):
@@ -148,11 +126,8 @@ class ParityDataModule(L.LightningDataModule):
             self.test_inputs, self.test_labels, self.test_k_values = (torch.cat(t) for t in zip(*parts))
 
     def train_dataloader(self) -> DataLoader:
-        generator = data_generator(self.seed, "parity")
-        dataset = ParityBatches(
-            self.n_elements, self.train_k, self.batch_size, self.batches_per_epoch, generator
-        )
-        return DataLoader(dataset, batch_size=None, shuffle=False, pin_memory=pin())
+        draw = functools.partial(parity_batch, n_elements=self.n_elements, k_range=self.train_k)
+        return fresh_loader(draw, self.batch_size, self.batches_per_epoch, self.seed, "parity")
 
     def val_dataloader(self) -> DataLoader:
         return batch_loader(self.val_inputs, self.val_labels, self.batch_size, shuffle=False)

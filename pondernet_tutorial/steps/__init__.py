@@ -2,7 +2,8 @@
 
 * :mod:`.base`: the :class:`~.base.StepFunction` interface ``(x, h_n) -> (ŷ_n, z_n, h_{n+1})``;
 * :mod:`.mnist`: the book's CNN + MLP, the refining CNN, the plain CNN;
-* :mod:`.parity`: the parity task's recurrent cells: the paper's tanh RNN and labml's GRU.
+* :mod:`.parity`: the parity task's recurrent cells: the paper's tanh RNN and labml's GRU;
+* :mod:`.pointer`: one attention lookup per step for the pointer-chasing task.
 
 A new step function is a :class:`~.base.StepFunction` subclass, written in the module of its task (or a
 new one here) and added to :data:`STEPS` under the name that configurations and checkpoints use. Its
@@ -23,6 +24,7 @@ STEPS: dict[str, str] = {
     "mnist_cnn": "pondernet_tutorial.steps.mnist:MNISTPlainStep",
     "parity_gru": "pondernet_tutorial.steps.parity:ParityStep",
     "parity_rnn": "pondernet_tutorial.steps.parity:ParityRNNStep",
+    "pointer_attention": "pondernet_tutorial.steps.pointer:PointerStep",
 }
 
 _HIDDEN_SIZE = Option(
@@ -44,6 +46,11 @@ STEP_OPTIONS: dict[str, dict[str, Option]] = {
     "mnist_cnn": {"embedding_size": _EMBEDDING_SIZE, "dropout": _DROPOUT},
     "parity_gru": _PARITY,
     "parity_rnn": _PARITY,
+    "pointer_attention": {
+        "n_slots": Option(int, help="slots per sample (the experiment's)", check=at_least(2)),
+        "hidden_size": _HIDDEN_SIZE,
+        "key_size": Option(int, help="size of the slots' keys, values and the query", check=at_least(1)),
+    },
 }
 
 
