@@ -89,6 +89,30 @@ PARITY_METHODS = (
     {"method": "fixed", "max_steps": 20},
 )
 EXTRAPOLATION = "mnist-extrapolation"
+# The paper's parity set-up (registry: the tanh RNN, λ_p = 0.1, the ε rule, ACT with Graves's +1 bias):
+# PonderNet, the control with λ_n frozen at λ_p, ACT at the two ends and the middle of the paper's range
+# of τ, [2e-4, 2e-2] (and the book's earlier −3 bias at the middle), and the fixed-step networks.
+PAPER_ACT_TAUS = (2e-4, 2e-3, 2e-2)
+PAPER_METHODS = (
+    {"method": "pondernet"},
+    {"method": "pondernet", "learn_halting": False},
+    *({"method": "act", "tau": tau} for tau in PAPER_ACT_TAUS),
+    {"method": "act", "tau": 2e-3, "halting_bias": ACT_BIAS},
+    {"method": "fixed", "max_steps": 1},
+    {"method": "fixed", "max_steps": 20},
+)
+PAPER_QUICK = (PAPER_METHODS[0], PAPER_METHODS[1], PAPER_METHODS[3], PAPER_METHODS[6])
+POINTER = "pointer-extrapolation"
+POINTER_METHODS = (
+    {"method": "pondernet"},  # λ_p = 0.5
+    {"method": "pondernet", "lambda_p": 0.8},
+    {"method": "pondernet", "lambda_p": 0.2},
+    {"method": "act"},  # τ = 0.01
+    {"method": "fixed", "max_steps": 1},
+    {"method": "fixed", "max_steps": 4},
+    {"method": "fixed", "max_steps": 10},
+    {"method": "fixed", "max_steps": 10, "eval_max_steps": 20},  # the same network, run for 20 steps
+)
 
 STUDIES: dict[str, Study] = {
     s.name: s
@@ -149,6 +173,30 @@ STUDIES: dict[str, Study] = {
                 ship="all",
             )
             for experiment in ("parity-interpolation", "parity-extrapolation")
+        ),
+        Study(
+            "parity-paper16",
+            "the paper's parity set-up (tanh RNN, its rule for N, ACT with Graves's bias) on 16 elements: "
+            "PonderNet, its control with frozen halting, ACT and fixed steps, interpolation and extrapolation",
+            tuple(
+                {"experiment": f"parity-paper16-{setting}", **method}
+                for setting in ("interpolation", "extrapolation")
+                for method in PAPER_METHODS
+            ),
+            ship="all",
+            quick_runs=tuple(
+                {"experiment": f"parity-paper16-{setting}", **method}
+                for setting in ("interpolation", "extrapolation")
+                for method in PAPER_QUICK
+            ),
+        ),
+        Study(
+            "pointer",
+            "pointer chasing, where the steps needed grow with the walk: PonderNet (three priors), ACT and "
+            "fixed steps, with walks longer than in training",
+            tuple({"experiment": POINTER, **method} for method in POINTER_METHODS),
+            ship="all",
+            quick_runs=tuple({"experiment": POINTER, **POINTER_METHODS[i]} for i in (0, 3, 4, 7)),
         ),
     ]
 }
