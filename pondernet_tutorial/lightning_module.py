@@ -178,23 +178,23 @@ class PonderLitModule(L.LightningModule):
             "expected_steps": out.expected_steps,
         }
 
-    def _record(self, values: dict[str, Tensor], batch_size: int, attribute: str, prefix: str) -> None:
-        """Add a batch's values to the stage's metrics (on the device: nothing waits) and log them."""
+    def _record(self, values: dict[str, Tensor], batch_size: int, attribute: str) -> None:
+        """Add a batch's values to the stage's metrics, on the device: nothing waits."""
         metrics = self.get_submodule(attribute)
         for name, value in values.items():
             value = value.detach()
             metrics[name].update(value if value.dim() else value.expand(batch_size))  # per sample
+
+    def _log_epoch(self, attribute: str, prefix: str) -> None:
+        """Log a stage's means once for the epoch (``<prefix>/<name>``) and start them again. Logging
+        once an epoch, not once a batch, spares Lightning's bookkeeping of every ``self.log`` call."""
+        metrics = self.get_submodule(attribute)
         for name in metrics.keys(keep_base=True):
-            self.log(
-                f"{prefix}/{name}",
-                metrics[name],
-                on_step=False,
-                on_epoch=True,
-                prog_bar=name == "acc" or (prefix == "train" and name == "loss"),
-                add_dataloader_idx=False,
-                batch_size=batch_size,
-                metric_attribute=f"{attribute}.{name}",
-            )
+            metric = metrics[name]
+            if metric.update_count:
+                prog_bar = name == "acc" or (prefix == "train" and name == "loss")
+                self.log(f"{prefix}/{name}", metric.compute(), prog_bar=prog_bar, add_dataloader_idx=False)
+            metric.reset()
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
         x, y = batch
@@ -202,8 +202,12 @@ class PonderLitModule(L.LightningModule):
             values = self._training_values(x, y)
         else:
             values = self._graphed_step(x, y)
-        self._record(values, y.shape[0], "metrics.fit", "train")
+        self._record(values, y.shape[0], "metrics.fit")
         return values["loss"]
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        if batch_idx + 1 == self.trainer.num_training_batches:  # the epoch's last batch: its means are known
+            self._log_epoch("metrics.fit", "train")
 
     def _graphed_step(self, x, y) -> dict[str, Tensor]:
         """Manual optimisation: forward, loss, backward, clipping and update in one
@@ -226,17 +230,20 @@ class PonderLitModule(L.LightningModule):
             after()
         return values
 
-    def _shared_step(self, batch, attribute: str, prefix: str, generator) -> Tensor:
+    def _shared_step(self, batch, attribute: str, generator) -> Tensor:
         x, y = batch
         values = self._evaluation_values(x, y, generator)
-        self._record(values, y.shape[0], attribute, prefix)
+        self._record(values, y.shape[0], attribute)
         return values["loss"]
 
     def on_validation_epoch_start(self) -> None:
         self._generator = torch.Generator().manual_seed(self.hparams.eval_seed)
 
     def validation_step(self, batch, batch_idx: int) -> None:
-        self._shared_step(batch, "metrics.validation", "val", self._generator)
+        self._shared_step(batch, "metrics.validation", self._generator)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_epoch("metrics.validation", "val")
 
     # ------------------------------------------------------------------ several test sets
     def test_set_names(self) -> list[str] | None:
@@ -255,9 +262,13 @@ class PonderLitModule(L.LightningModule):
             self._generator = torch.Generator().manual_seed(self.hparams.eval_seed)
         while len(self.test_metrics) <= dataloader_idx:  # loaders given without a data module's names
             self.test_metrics.append(stage_metrics(self.model.loss_terms).to(self.device))
+        self._shared_step(batch, f"test_metrics.{dataloader_idx}", self._generator)
+
+    def on_test_epoch_end(self) -> None:
         names = self.test_set_names()
-        name = names[dataloader_idx] if names else f"set{dataloader_idx}"
-        self._shared_step(batch, f"test_metrics.{dataloader_idx}", f"test/{name}", self._generator)
+        for index in range(len(self.test_metrics)):
+            name = names[index] if names else f"set{index}"
+            self._log_epoch(f"test_metrics.{index}", f"test/{name}")
 
     def predict_step(self, batch, batch_idx: int, dataloader_idx: int = 0) -> dict[str, Tensor]:
         """Per sample: the predicted class and the halting step."""
@@ -299,8 +310,10 @@ class PonderLitModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val/acc"}}
 
     def on_train_epoch_end(self) -> None:
-        """Manual optimisation steps the learning-rate schedule itself, where Lightning would: after the
-        epoch's validation."""
+        """The training means, if the last batch did not log them (a loader without a length); manual
+        optimisation steps the learning-rate schedule itself, where Lightning would: after the epoch's
+        validation."""
+        self._log_epoch("metrics.fit", "train")
         if self.automatic_optimization:
             return
         scheduler = self.lr_schedulers()

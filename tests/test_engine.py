@@ -253,3 +253,28 @@ def test_a_compiled_run_trains(tmp_path):
     _, metadata = train(config)
     assert metadata["compiled"] is True and metadata["engine"] == 2 and metadata["cuda_graph"] is False
     assert (config.run_dir / "model.pt").is_file()
+
+
+def test_mnist_step_computes_the_mlp_of_the_embedding_and_the_state():
+    """The embedding's share of the first layer is computed once (in encode); each step adds the
+    state's share: the same h_{n+1} = MLP([e, h_n]) as the concatenation."""
+    from pondernet_tutorial.steps.mnist import MNISTStep
+
+    torch.manual_seed(0)
+    step = MNISTStep().eval()
+    x, h = torch.rand(8, 1, 28, 28), torch.randn(8, 64)
+    expected = step.mlp(torch.cat([step.embedding(x), h], dim=1))
+    torch.testing.assert_close(step.step(step.encode(x), h)[2], expected)
+
+
+def test_metrics_are_logged_once_an_epoch():
+    """No ``self.log`` in a training step (Lightning's bookkeeping of each call costs more than the
+    step's metrics): the means are logged at the end of the epoch."""
+    module = parity_module("pondernet")
+    calls = []
+    log = module.log
+    module.log = lambda name, *args, **kwargs: calls.append(name) or log(name, *args, **kwargs)
+    trainer = fit(module, epochs=2)
+    train_calls = [name for name in calls if name.startswith("train/")]
+    assert len(train_calls) == 2 * len(module.metrics["fit"])  # once per metric and epoch, 8 batches each
+    assert trainer.callback_metrics["train/acc"] > 0 and "val/acc" in trainer.callback_metrics

@@ -21,6 +21,7 @@ prediction of step ``n`` comes from ``n`` blocks of convolutions. :class:`MNISTP
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import StepFunction
@@ -99,14 +100,20 @@ class MNISTStep(StepFunction):
         self.halting_head = nn.Linear(hidden_size, 1)  # z_n, λ_n = sigmoid(z_n)
 
     def encode(self, x: Tensor) -> Tensor:
+        """The CNN embedding ``e`` and, since ``e`` is the same at every step, its share of the MLP's
+        first layer: ``W [e, h] + b = (W_e e + b) + W_h h``. Returns ``W_e e + b``, ``(B, H)``."""
         check_images(x)
-        return self.embedding(x)  # e: (B, embedding_size)
+        e = self.embedding(x)  # e: (B, embedding_size)
+        first = self.mlp[0]
+        return F.linear(e, first.weight[:, : e.shape[1]], first.bias)  # W_e e + b, once per input
 
     def initial_state(self, context: Tensor) -> Tensor:
         return context.new_zeros(context.shape[0], self.hidden_size)  # h_1 = 0: (B, H)
 
     def step(self, context: Tensor, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        h_next = self.mlp(torch.cat([context, h], dim=1))  # h_{n+1} = MLP([e, h_n])
+        first, second = self.mlp[0], self.mlp[2]
+        a = torch.relu(context + F.linear(h, first.weight[:, -h.shape[1] :]))  # ReLU(W [e, h_n] + b)
+        h_next = torch.relu(second(a))  # h_{n+1} = MLP([e, h_n])
         return self.output_head(h_next), self.halting_head(h_next).squeeze(1), h_next
 
 
