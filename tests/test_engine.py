@@ -188,7 +188,12 @@ def test_no_host_sync_in_a_training_step(method):
     module.training_step = watched
     x, y = parity_batch(256)
     trainer = L.Trainer(
-        accelerator="cpu", max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
     )
     trainer.fit(module, DataLoader(TensorDataset(x, y), batch_size=64))
     assert watch.seen == []
