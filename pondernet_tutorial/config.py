@@ -97,6 +97,11 @@ def check_strategy(strategy: str, name: str = "strategy") -> str:
         raise ValueError(
             f"{name} must be auto or one of Lightning's strategies ({', '.join(known)}), got {strategy!r}."
         )
+    if "spawn" in strategy or strategy.startswith("ddp_notebook") or strategy.startswith("ddp_fork"):
+        raise ValueError(
+            f"{name} {strategy} trains in worker processes whose history a run's folder cannot record: "
+            "use ddp (which starts its processes as scripts) or auto."
+        )
     return strategy
 
 

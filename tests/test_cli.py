@@ -187,6 +187,7 @@ def _mistakes(tmp):
         ([*mnist, "--lr-factor", "2"], "lr_factor must lie in (0, 1), got 2.0"),
         ([*parity, "--accelerator", "bogus"], "invalid choice: 'bogus'"),
         ([*parity, "--strategy", "bogus"], "strategy must be auto or one of Lightning's strategies"),
+        ([*parity, "--strategy", "ddp_spawn"], "strategy ddp_spawn trains in worker processes"),
         ([*parity, "--devices", "abc"], "devices must be auto, a count >= 1"),
         ([*parity, "--devices=-1"], "devices must be auto, a count >= 1"),
         ([*parity, "--lr", "inf"], "lr must be a finite number, got inf"),
