@@ -225,12 +225,12 @@ def test_parity_datamodule_sets():
     assert only.per_sample["k"].tolist() == [k for k in range(6, 11) for _ in range(30)]
     assert torch.equal((only.inputs != 0).sum(1), only.per_sample["k"])
     quick = ParityDataModule(n_elements=10, train_k=(1, 5), test_k=(6, 10), test_per_k=30, test_subset=4)
-    quick.setup("test")
-    assert torch.equal(quick.test_inputs[:4], dm.test_inputs[:4])  # the first samples of every k
-    assert torch.equal(quick.test_inputs[4:8], dm.test_inputs[30:34])
+    (quick_set,) = quick.evaluation_sets()
+    assert torch.equal(quick_set.inputs[:4], only.inputs[:4])  # the first samples of every k
+    assert torch.equal(quick_set.inputs[4:8], only.inputs[30:34])
+    torch.manual_seed(123)
     again = ParityDataModule(n_elements=10, train_k=(1, 5), test_k=(6, 10), test_per_k=30)
-    again.setup("test")
-    assert torch.equal(again.test_inputs, dm.test_inputs)  # fixed, whatever the global seed
+    assert torch.equal(again.evaluation_sets()[0].inputs, only.inputs)  # fixed, whatever the global seed
     assert dm.train_size == 128_000 and len(dm.train_dataloader()) == 1000
 
 

@@ -13,14 +13,10 @@ the run's seed.
 
 from __future__ import annotations
 
-import functools
-
-import lightning as L
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader
 
-from .base import EvalSet, batch_loader, check_batch_size, fresh_loader
+from .base import GeneratedDataModule, check_k_range
 
 VAL_SEED, TEST_SEED = 2_000, 3_000
 
@@ -47,30 +43,19 @@ def parity_batch(
     return x, y.long(), k
 
 
-def check_k_range(k_range, n_elements: int, name: str) -> tuple[int, int]:
-    k_min, k_max = (int(v) for v in k_range)
-    if not 1 <= k_min <= k_max <= n_elements:
-        raise ValueError(
-            f"{name} must satisfy 1 <= k_min <= k_max <= n_elements={n_elements}, got {k_range}."
-        )
-    return k_min, k_max
-
-
-class ParityDataModule(L.LightningDataModule):
-    """Parity vectors with ``k`` non-zero entries, for training, validation and a per-``k`` test set.
+class ParityDataModule(GeneratedDataModule):
+    """Parity vectors with ``k`` non-zero entries, for training, validation and a per-``k`` test set
+    named ``test`` (see :class:`~pondernet_tutorial.data.base.GeneratedDataModule`).
 
     Args:
         n_elements: length of the vectors.
-        train_k: ``(k_min, k_max)`` of the training and validation samples.
+        train_k: ``(k_min, k_max)`` of the training and validation samples (default: all of them).
         test_k: ``(k_min, k_max)`` of the test samples (default: ``train_k``).
-        batch_size: batch size of every loader.
-        train_subset: training samples per epoch (an "epoch" is a fixed number of fresh batches);
-            when given (quick runs), the validation set shrinks to half of it.
-        val_size: validation samples.
-        test_per_k: test samples for every ``k`` of the test range.
-        test_subset: use only the first so many test samples of every ``k`` (quick runs).
-        seed: the run's seed, which seeds the training batches' generator.
+        batch_size, train_subset, val_size, test_per_k, test_subset, seed: as for
+            :class:`~pondernet_tutorial.data.base.GeneratedDataModule`.
     """
+
+    stream, val_seed, test_seeds = "parity", VAL_SEED, {"test": TEST_SEED}
 
     def __init__(
         self,
@@ -85,60 +70,16 @@ class ParityDataModule(L.LightningDataModule):
         data_dir: str | None = None,  # accepted for a uniform interface; nothing is read from disk
         seed: int = 0,
     ):
-        super().__init__()
         if isinstance(n_elements, bool) or int(n_elements) != n_elements or n_elements < 1:
             raise ValueError(f"n_elements must be an integer >= 1, got {n_elements!r}.")
-        self.n_elements = int(n_elements)
-        self.train_k = check_k_range(train_k or (1, self.n_elements), self.n_elements, "train_k")
-        self.test_k = check_k_range(test_k or self.train_k, self.n_elements, "test_k")
-        self.batch_size = check_batch_size(batch_size)
-        samples = train_subset or 128_000  # an epoch: 1,000 batches of 128
-        self.batches_per_epoch = max(1, samples // self.batch_size)
-        if train_subset:  # quick runs: a validation set in proportion
-            val_size = min(val_size, max(train_subset // 2, self.batch_size))
-        self.val_size, self.test_per_k, self.test_subset = val_size, test_per_k, test_subset
-        self.seed = int(seed)
+        n = int(n_elements)
+        train_k = check_k_range(train_k or (1, n), n, "train_k", "n_elements")
+        test_k = check_k_range(test_k or train_k, n, "test_k", "n_elements")
+        super().__init__(
+            n, train_k, {"test": test_k}, batch_size, train_subset, val_size, test_per_k, test_subset, seed
+        )
+        self.n_elements, self.test_k = n, test_k
         self.save_hyperparameters(ignore=["data_dir"])
 
-    @property
-    def test_set_names(self) -> list[str]:
-        return ["test"]
-
-    @property
-    def train_size(self) -> int:
-        """Training samples per epoch."""
-        return self.batches_per_epoch * self.batch_size
-
-    def setup(self, stage: str | None = None) -> None:
-        if stage in (None, "fit", "validate") and not hasattr(self, "val_inputs"):
-            generator = torch.Generator().manual_seed(VAL_SEED + self.n_elements)
-            self.val_inputs, self.val_labels, _ = parity_batch(
-                self.val_size, self.n_elements, self.train_k, generator
-            )
-        if stage in (None, "test", "predict") and not hasattr(self, "test_inputs"):
-            generator = torch.Generator().manual_seed(TEST_SEED + self.n_elements)
-            parts = [
-                parity_batch(self.test_per_k, self.n_elements, (k, k), generator)
-                for k in range(self.test_k[0], self.test_k[1] + 1)
-            ]
-            if self.test_subset:  # the first test_subset samples of every k
-                parts = [tuple(t[: self.test_subset] for t in part) for part in parts]
-            self.test_inputs, self.test_labels, self.test_k_values = (torch.cat(t) for t in zip(*parts))
-
-    def train_dataloader(self) -> DataLoader:
-        draw = functools.partial(parity_batch, n_elements=self.n_elements, k_range=self.train_k)
-        return fresh_loader(draw, self.batch_size, self.batches_per_epoch, self.seed, "parity")
-
-    def val_dataloader(self) -> DataLoader:
-        return batch_loader(self.val_inputs, self.val_labels, self.batch_size, shuffle=False)
-
-    def test_dataloader(self) -> list[DataLoader]:
-        return [batch_loader(self.test_inputs, self.test_labels, self.batch_size, shuffle=False)]
-
-    def predict_dataloader(self) -> list[DataLoader]:
-        return self.test_dataloader()
-
-    def evaluation_sets(self) -> list[EvalSet]:
-        """The test set, with each sample's number of non-zero entries ``k``."""
-        self.setup("test")
-        return [EvalSet("test", self.test_inputs, self.test_labels, per_sample={"k": self.test_k_values})]
+    def draw(self, batch, k_range, generator=None):
+        return parity_batch(batch, self.n_elements, k_range, generator)

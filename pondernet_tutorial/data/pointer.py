@@ -21,14 +21,10 @@ the validation set (training range of ``k``) and the test sets (a fixed number o
 
 from __future__ import annotations
 
-import functools
-
-import lightning as L
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader
 
-from .base import EvalSet, batch_loader, check_batch_size, fresh_loader
+from .base import GeneratedDataModule, check_k_range
 
 VAL_SEED, TEST_SEED, BEYOND_SEED = 2_100, 3_100, 4_100
 END_PROB = 0.25  # a distractor chain's mean length: 4 slots
@@ -72,31 +68,22 @@ def pointer_batch(
     return arrows.float(), y, k
 
 
-def check_k_range(k_range, n_slots: int, name: str) -> tuple[int, int]:
-    k_min, k_max = (int(v) for v in k_range)
-    if not 1 <= k_min <= k_max <= n_slots:
-        raise ValueError(f"{name} must satisfy 1 <= k_min <= k_max <= n_slots={n_slots}, got {k_range}.")
-    return k_min, k_max
-
-
-class PointerDataModule(L.LightningDataModule):
-    """Pointer-chasing samples for training, validation and per-``k`` test sets.
+class PointerDataModule(GeneratedDataModule):
+    """Pointer-chasing samples for training, validation and per-``k`` test sets: ``test`` (the
+    training range, or ``test_k``) and, given ``beyond_k``, ``beyond`` (longer walks than in training).
+    See :class:`~pondernet_tutorial.data.base.GeneratedDataModule`.
 
     Args:
         n_slots: slots per sample (also the number of classes: the answer is a slot).
         train_k: ``(k_min, k_max)`` of the training and validation walks.
         test_k: ``(k_min, k_max)`` of the test set ``test`` (default: ``train_k``).
-        beyond_k: ``(k_min, k_max)`` of a second test set ``beyond`` (longer walks than in training), or
-            None for none.
+        beyond_k: ``(k_min, k_max)`` of the test set ``beyond``, or None for none.
         end_prob: the probability that a slot ends a distractor chain.
-        batch_size: batch size of every loader.
-        train_subset: training samples per epoch (an "epoch" is a fixed number of fresh batches);
-            when given (quick runs), the validation set shrinks to half of it.
-        val_size: validation samples.
-        test_per_k: test samples for every ``k`` of each test set.
-        test_subset: use only the first so many test samples of every ``k`` (quick runs).
-        seed: the run's seed, which seeds the training batches' generator.
+        batch_size, train_subset, val_size, test_per_k, test_subset, seed: as for
+            :class:`~pondernet_tutorial.data.base.GeneratedDataModule`.
     """
+
+    stream, val_seed, test_seeds = "pointer", VAL_SEED, {"test": TEST_SEED, "beyond": BEYOND_SEED}
 
     def __init__(
         self,
@@ -113,78 +100,19 @@ class PointerDataModule(L.LightningDataModule):
         data_dir: str | None = None,  # accepted for a uniform interface; nothing is read from disk
         seed: int = 0,
     ):
-        super().__init__()
-        self.seed = int(seed)
         if isinstance(n_slots, bool) or int(n_slots) != n_slots or n_slots < 2:
             raise ValueError(f"n_slots must be an integer >= 2, got {n_slots!r}.")
-        self.n_slots = int(n_slots)
-        self.train_k = check_k_range(train_k, self.n_slots, "train_k")
-        self.test_k = check_k_range(test_k or self.train_k, self.n_slots, "test_k")
-        self.beyond_k = check_k_range(beyond_k, self.n_slots, "beyond_k") if beyond_k else None
+        n = int(n_slots)
+        train_k = check_k_range(train_k, n, "train_k", "n_slots")
+        sets = {"test": check_k_range(test_k or train_k, n, "test_k", "n_slots")}
+        if beyond_k:
+            sets["beyond"] = check_k_range(beyond_k, n, "beyond_k", "n_slots")
         if not 0.0 < float(end_prob) <= 1.0:
             raise ValueError(f"end_prob must lie in (0, 1], got {end_prob!r}.")
-        self.end_prob = float(end_prob)
-        self.batch_size = check_batch_size(batch_size)
-        samples = train_subset or 128_000  # an epoch: 1,000 batches of 128
-        self.batches_per_epoch = max(1, samples // self.batch_size)
-        if train_subset:  # quick runs: a validation set in proportion
-            val_size = min(val_size, max(train_subset // 2, self.batch_size))
-        self.val_size, self.test_per_k, self.test_subset = val_size, test_per_k, test_subset
+        super().__init__(n, train_k, sets, batch_size, train_subset, val_size, test_per_k, test_subset, seed)
+        self.n_slots, self.end_prob = n, float(end_prob)
+        self.test_k, self.beyond_k = sets["test"], sets.get("beyond")
         self.save_hyperparameters(ignore=["data_dir"])
 
-    @property
-    def test_set_names(self) -> list[str]:
-        return ["test", "beyond"] if self.beyond_k else ["test"]
-
-    @property
-    def train_size(self) -> int:
-        """Training samples per epoch."""
-        return self.batches_per_epoch * self.batch_size
-
-    def _per_k(self, k_range: tuple[int, int], seed: int) -> tuple[Tensor, Tensor, Tensor]:
-        """``test_per_k`` samples for every ``k`` of a range (the first ``test_subset`` of each)."""
-        generator = torch.Generator().manual_seed(seed + self.n_slots)
-        parts = [
-            pointer_batch(self.test_per_k, self.n_slots, (k, k), self.end_prob, generator)
-            for k in range(k_range[0], k_range[1] + 1)
-        ]
-        if self.test_subset:
-            parts = [tuple(t[: self.test_subset] for t in part) for part in parts]
-        return tuple(torch.cat(t) for t in zip(*parts))
-
-    def setup(self, stage: str | None = None) -> None:
-        if stage in (None, "fit", "validate") and not hasattr(self, "val_inputs"):
-            generator = torch.Generator().manual_seed(VAL_SEED + self.n_slots)
-            self.val_inputs, self.val_labels, _ = pointer_batch(
-                self.val_size, self.n_slots, self.train_k, self.end_prob, generator
-            )
-        if stage in (None, "test", "predict") and not hasattr(self, "test_sets"):
-            self.test_sets = {"test": self._per_k(self.test_k, TEST_SEED)}
-            if self.beyond_k:
-                self.test_sets["beyond"] = self._per_k(self.beyond_k, BEYOND_SEED)
-
-    def train_dataloader(self) -> DataLoader:
-        draw = functools.partial(
-            pointer_batch, n_slots=self.n_slots, k_range=self.train_k, end_prob=self.end_prob
-        )
-        return fresh_loader(draw, self.batch_size, self.batches_per_epoch, self.seed, "pointer")
-
-    def val_dataloader(self) -> DataLoader:
-        return batch_loader(self.val_inputs, self.val_labels, self.batch_size, shuffle=False)
-
-    def test_dataloader(self) -> list[DataLoader]:
-        return [
-            batch_loader(inputs, labels, self.batch_size, shuffle=False)
-            for inputs, labels, _ in self.test_sets.values()
-        ]
-
-    def predict_dataloader(self) -> list[DataLoader]:
-        return self.test_dataloader()
-
-    def evaluation_sets(self) -> list[EvalSet]:
-        """The test sets, with each sample's walk length ``k``."""
-        self.setup("test")
-        return [
-            EvalSet(name, inputs, labels, per_sample={"k": k})
-            for name, (inputs, labels, k) in self.test_sets.items()
-        ]
+    def draw(self, batch, k_range, generator=None):
+        return pointer_batch(batch, self.n_slots, k_range, self.end_prob, generator)
