@@ -281,7 +281,7 @@ class TrainConfig:
     strategy: str = setting(
         str,
         "auto",
-        "Lightning strategy: auto, ddp, ddp_spawn, ...",
+        "Lightning strategy: auto, ddp, ... (not the spawning ones: ddp_spawn, ddp_fork, ddp_notebook)",
         check=check_strategy,
         identity=False,
         reproduce=True,
