@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from .config import PRETRAINED_DIR, ConfigMismatchError, TrainConfig, identity_differences
 from .files import folder_lock, read_json, write_csv, write_json
+from .methods import METHOD_OPTIONS
 from .processes import is_rank_zero
 
 if TYPE_CHECKING:  # pandas is imported where it is used: listing the studies stays light
@@ -371,12 +372,15 @@ def _run_columns(config: TrainConfig, root: Path) -> dict:
         "step_function": config.step,
         "seed": config.seed,
         "max_steps": config.max_steps,
-        "lambda_p": config.lambda_p if config.method == "pondernet" else None,
-        "beta": config.beta if config.method == "pondernet" else None,
-        "kl_direction": config.kl_direction if config.method == "pondernet" else None,
-        "renormalize_prior": config.renormalize_prior if config.method == "pondernet" else None,
-        "tau": config.tau if config.method == "act" else None,
+        # every method's options, each method's own where it has them (None for the others)
+        **{
+            name: getattr(config, name) if name in METHOD_OPTIONS[config.method] else None
+            for name in _OPTIONS
+        },
     }
+
+
+_OPTIONS = list(dict.fromkeys(name for options in METHOD_OPTIONS.values() for name in options))
 
 
 def write_study_tables(
