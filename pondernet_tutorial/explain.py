@@ -68,12 +68,17 @@ def halting_terms(lambdas, lambda_p: float = DEFAULT_LAMBDA_P, beta: float = DEF
 
 
 def explore_figure(lambdas=DEFAULT_LAMBDAS, lambda_p: float = DEFAULT_LAMBDA_P, beta: float = DEFAULT_BETA):
-    """Three stacked panels for a column: λ_n and p_n; p_n and the prior; the parts of β·KL."""
+    """Three stacked panels for the book's column: λ_n and p_n; p_n and the prior; the parts of β·KL.
+    Legends sit above their panels, outside the data."""
     import matplotlib.pyplot as plt
+
+    from .plots import COLUMN_WIDTH
 
     t = halting_terms(lambdas, lambda_p, beta)
     n = torch.arange(1, len(t["p"]) + 1).numpy()
-    fig, axes = plt.subplots(3, 1, figsize=(6.4, 8.4), height_ratios=[1, 1, 0.8])
+    fig, axes = plt.subplots(
+        3, 1, figsize=(COLUMN_WIDTH, 8.6), height_ratios=[1, 1, 0.8], layout="constrained"
+    )
 
     ax = axes[0]
     width = 0.38
@@ -90,31 +95,33 @@ def explore_figure(lambdas=DEFAULT_LAMBDAS, lambda_p: float = DEFAULT_LAMBDA_P, 
     ax.set_xticks(n)
     ax.set_xlabel("step $n$")
     ax.set_ylabel("probability")
-    ax.legend(frameon=False, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3)
+    handles, labels = ax.get_legend_handles_labels()
+    order = [1, 2, 0]  # the bars first, in the order drawn, then the line
+    ax.legend(
+        [handles[i] for i in order],
+        [labels[i] for i in order],
+        frameon=False,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.0),
+        ncol=2,
+    )
 
     ax = axes[1]
-    ax.bar(n, t["p"].numpy(), 0.6, color="#fd8d3c", label=r"$p_n$")
-    ax.plot(n, t["prior"].numpy(), "ko-", ms=4, lw=1, label=rf"prior $p_G(n)$, $\lambda_p={lambda_p:g}$")
+    p_label = rf"$p_n$: $E[n]={t['expected_steps']:.2f}$, KL$(p\,\|\,p_G)={t['kl']:.3f}$"
+    ax.bar(n, t["p"].numpy(), 0.6, color="#fd8d3c", label=p_label)
+    prior_label = (
+        rf"prior $p_G(n)$, $\lambda_p={lambda_p:g}$ (untruncated mean $1/\lambda_p={1 / lambda_p:.3g}$)"
+    )
+    ax.plot(n, t["prior"].numpy(), "ko-", ms=4, lw=1, label=prior_label)
     ax.set_ylim(0, 1.05)
     ax.set_xticks(n)
     ax.set_xlabel("step $n$")
     ax.set_ylabel("probability")
-    ax.text(
-        0.99,
-        0.97,
-        rf"$E[n]={t['expected_steps']:.2f}$ (prior mean $1/\lambda_p={1 / lambda_p:.3g}$)"
-        + "\n"
-        + rf"KL$(p\,\|\,p_G)={t['kl']:.3f}$",
-        transform=ax.transAxes,
-        ha="right",
-        va="top",
-        fontsize=9,
-    )
-    ax.legend(frameon=False, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2)
+    ax.legend(frameon=False, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=1)
 
     ax = axes[2]
     names = [
-        r"$\tau_{eff}\,E[n]$" + "\ncost per step",
+        r"$\tau_\mathrm{eff}\,E[n]$" + "\ncost per step",
         r"$-\beta H(p)$" + "\nentropy bonus",
         "constant",
         r"$\beta$ KL",
@@ -124,9 +131,9 @@ def explore_figure(lambdas=DEFAULT_LAMBDAS, lambda_p: float = DEFAULT_LAMBDA_P, 
     ax.barh(names, values, color=colors)
     ax.axvline(0, color="black", lw=0.8)
     ax.invert_yaxis()
-    ax.set_xlabel(rf"contribution to the loss ($\beta={beta:g}$, $\tau_{{eff}}={t['tau_eff']:.4f}$ per step)")
-    ax.tick_params(axis="y", labelsize=8)
-    fig.tight_layout()
+    ax.set_xlabel(
+        rf"contribution to the loss ($\beta={beta:g}$, $\tau_\mathrm{{eff}}={t['tau_eff']:.4f}$ per step)"
+    )
     return fig
 
 
