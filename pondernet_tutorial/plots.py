@@ -151,3 +151,111 @@ def plot_halting_distribution(
     ax.set_ylabel("fraction of test samples")
     ax.set_xticks(steps[::2] if max_steps > 10 else steps)
     return ax
+
+
+def pointer_walk(arrows) -> list[int]:
+    """The slots of a pointer-chasing input's walk, from slot 0 to its exit (the slot that points at
+    itself): ``[0, a_0, a_{a_0}, ...]``, ``k`` slots (:mod:`pondernet_tutorial.data.pointer`)."""
+    arrows = [int(a) for a in arrows]
+    walk = [0]
+    while arrows[walk[-1]] != walk[-1]:
+        walk.append(arrows[walk[-1]])
+        if len(walk) > len(arrows):
+            raise ValueError("the arrows from slot 0 run in a cycle: not a pointer-chasing input.")
+    return walk
+
+
+def _arc(ax, start: int, end: int, up: bool, height: float, **style):
+    """A half-ellipse from slot ``start`` to slot ``end`` above (``up``) or below the row of slots, with
+    an arrowhead at ``end``."""
+    t = np.linspace(0, np.pi, 60)
+    x = (start + end) / 2 - (end - start) / 2 * np.cos(t)
+    y = (1 if up else -1) * height * np.sin(t)
+    (line,) = ax.plot(x, y, **style)
+    ax.annotate(
+        "",
+        xy=(x[-1], y[-1]),
+        xytext=(x[-4], y[-4]),
+        arrowprops={"arrowstyle": "-|>", "color": line.get_color(), "lw": line.get_linewidth()},
+    )
+    return line
+
+
+def plot_pointer_sample(arrows, ax=None, color=None):
+    """One pointer-chasing input as an arc diagram: the slots in a row, the walk from slot 0 above it
+    (the arc that step ``n`` can follow numbered ``n``, each higher than the one before), every other
+    arrow below, the exits as squares.
+
+    Args:
+        arrows: ``(n_slots,)`` the slot each slot points at.
+
+    Returns:
+        the walk (:func:`pointer_walk`).
+    """
+    ax = ax or plt.gca()
+    arrows = [int(a) for a in arrows]
+    n = len(arrows)
+    walk = pointer_walk(arrows)
+    color = color or sns.color_palette("colorblind")[0]
+    scale = 2.0 / n  # below the row, an arc rises with the distance it spans: the longest by 2
+
+    def height(i, j):
+        return 0.3 + scale * abs(j - i)
+
+    on_walk = set(zip(walk[:-1], walk[1:]))
+    for i, j in enumerate(arrows):
+        if i != j and (i, j) not in on_walk:
+            _arc(ax, i, j, False, height(i, j), color="0.6", lw=0.8, label="other arrows", gid="other")
+    rise = 0.3  # the walk's n-th arc rises 0.3 n: its arcs never coincide, nor their numbers
+    for step, (i, j) in enumerate(zip(walk[:-1], walk[1:]), start=1):
+        _arc(ax, i, j, True, rise * step, color=color, lw=1.8, label="the walk from slot 0", gid="walk")
+        ax.text(
+            (i + j) / 2,
+            rise * step,
+            str(step),
+            ha="center",
+            va="center",
+            fontsize=8,
+            color=color,
+            bbox={"boxstyle": "circle,pad=0.15", "facecolor": "white", "edgecolor": color, "lw": 0.8},
+        )
+    slots = np.arange(n)
+    exits = np.array([a == i for i, a in enumerate(arrows)])
+    ax.scatter(
+        slots[~exits],
+        np.zeros((~exits).sum()),
+        s=40,
+        color="white",
+        edgecolor="0.3",
+        zorder=3,
+        label="slot (points at another)",
+    )
+    ax.scatter(
+        slots[exits],
+        np.zeros(exits.sum()),
+        s=40,
+        marker="s",
+        color="0.3",
+        zorder=3,
+        label="exit (points at itself)",
+    )
+    ax.scatter(
+        [walk[-1]],
+        [0],
+        s=90,
+        marker="s",
+        facecolor="none",
+        edgecolor=color,
+        lw=1.8,
+        zorder=4,
+        label="the answer: the walk's exit",
+    )
+    for i in slots:
+        ax.text(i, -0.18, str(i), ha="center", va="top", fontsize=6.5)
+    top = rise * len(on_walk) + 0.3
+    bottom = max([height(i, j) for i, j in enumerate(arrows) if i != j], default=0.3) + 0.1
+    ax.set(xlim=(-0.8, n - 0.2), ylim=(-bottom, top), xticks=[], yticks=[])
+    ax.grid(False)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    return walk

@@ -1,0 +1,145 @@
+"""Halting against difficulty: rank correlations per run, metrics per difficulty, the verdicts' rules.
+
+Deliberate breaks these tests catch (each was tried):
+- ``halting_by_run`` correlating the difficulty with the accuracy instead of the steps, or the spread
+  with ``ddof=1``: test_halting_by_run_by_hand;
+- ``per_difficulty`` averaging over the difficulty instead of the seeds: test_per_difficulty_by_hand;
+- ``verdict`` asking ``ρ ≥ follows`` of any seed instead of every seed, or taking a NaN ``ρ`` for a
+  follower: test_verdict_rules;
+- ``judge`` measuring the margin from chance instead of from the best configuration, or ignoring
+  ``learned``: test_judge_solves_within_the_margin_of_the_best and test_judge_a_set_nobody_learns.
+"""
+
+import math
+
+import pandas as pd
+import pytest
+
+from pondernet_tutorial.difficulty import (
+    BETWEEN,
+    FIXED,
+    FOLLOWS,
+    ONE_STEP,
+    UNSOLVED,
+    Rules,
+    describe_verdicts,
+    halting_by_run,
+    judge,
+    per_difficulty,
+    verdict,
+)
+
+
+def samples(seed, steps, k=(1, 2, 3, 4), correct=(1, 1, 1, 0)):
+    return pd.DataFrame(
+        {
+            "experiment": "e",
+            "variant": "v",
+            "seed": seed,
+            "set": "test",
+            "k": list(k),
+            "halt_step": list(steps),
+            "label": [0, 0, 0, 0],
+            "prediction": [0 if c else 1 for c in correct],
+        }
+    )
+
+
+def test_halting_by_run_by_hand():
+    frame = pd.concat(
+        [
+            samples(0, [1, 2, 3, 4]),  # steps = k
+            samples(1, [4, 3, 2, 1], correct=(1, 0, 0, 0)),  # the other way round
+            samples(2, [3, 3, 3, 3]),  # one depth for every input
+        ]
+    )
+    table = halting_by_run(frame).set_index("seed")
+    assert table.loc[0, "rho"] == pytest.approx(1.0) and table.loc[1, "rho"] == pytest.approx(-1.0)
+    assert math.isnan(table.loc[2, "rho"]) and table.loc[2, "spread"] == 0.0
+    assert table.loc[0, "spread"] == pytest.approx(1.25**0.5)  # over the samples, ddof = 0
+    assert table.loc[0, "steps"] == pytest.approx(2.5) and table.loc[1, "accuracy"] == pytest.approx(0.25)
+    assert list(table["n"]) == [4, 4, 4] and list(table["set"]) == ["test"] * 3
+    ties = halting_by_run(samples(0, [1, 1, 2, 2], k=(1, 2, 2, 3))).iloc[0]
+    assert ties["rho"] == pytest.approx(0.5**0.5)  # Spearman with average ranks for ties
+
+
+def test_per_difficulty_by_hand():
+    summary = pd.DataFrame(
+        {
+            "experiment": "e",
+            "variant": "v",
+            "seed": [0, 0, 1, 1, 2, 2],
+            "k": [1, 2, 1, 2, 1, 2],
+            "accuracy": [1.0, 0.5, 0.8, 0.7, 0.9, 0.6],
+            "halt_step": [1.0, 2.0, 2.0, 4.0, 3.0, 6.0],
+        }
+    )
+    table = per_difficulty(summary, metrics=("accuracy", "halt_step")).set_index("k")
+    assert table.loc[1, "accuracy_mean"] == pytest.approx(0.9)
+    assert table.loc[2, "accuracy_min"] == 0.5 and table.loc[2, "accuracy_max"] == 0.7
+    assert table.loc[2, "halt_step_mean"] == pytest.approx(4.0) and table.loc[1, "seeds"] == 3
+
+
+def test_verdict_rules():
+    rules = Rules(follows=0.8, flat=0.3, spread=0.5)
+    assert verdict(True, [0.9, 0.85, 0.95], [2, 2, 2], rules) == FOLLOWS
+    assert verdict(True, [0.9, 0.79, 0.95], [2, 2, 2], rules) == BETWEEN  # every seed, not most
+    assert verdict(True, [0.1, -0.2, 0.25], [2, 2, 2], rules) == FIXED  # steps vary, not with k
+    assert verdict(True, [0.9, float("nan")], [2, 0.0], rules) == BETWEEN  # one seed follows, one is fixed
+    assert verdict(True, [float("nan"), 0.6], [0.0, 0.3], rules) == FIXED  # steps nearly constant
+    assert verdict(True, [float("nan")], [0.0], rules) == FIXED
+    assert verdict(False, [0.9, 0.9], [2, 2], rules) == UNSOLVED
+    with pytest.raises(ValueError):
+        verdict(True, [0.9], [1.0, 2.0], rules)
+
+
+def runs(rows):
+    return pd.DataFrame(rows, columns=["config", "family", "seed", "accuracy", "rho", "spread", "steps"])
+
+
+def test_judge_solves_within_the_margin_of_the_best():
+    table = runs(
+        [
+            ("ponder", "pondernet", 0, 1.00, 0.90, 2.0, 4.0),
+            ("ponder", "pondernet", 1, 0.99, 0.85, 2.0, 4.2),
+            ("act", "act", 0, 0.99, 0.10, 1.0, 3.0),
+            ("act", "act", 1, 0.985, 0.20, 1.0, 3.0),
+            ("one", ONE_STEP, 0, 0.60, float("nan"), 0.0, 1.0),
+            ("one", ONE_STEP, 1, 0.62, float("nan"), 0.0, 1.0),
+        ]
+    )
+    configs, setting = judge(table, chance=0.5, rules=Rules(margin=0.01))
+    assert setting["best"] == "ponder" and setting["best_accuracy"] == pytest.approx(0.995)
+    assert setting["learned"] and setting["one_step"] == "one"
+    assert setting["one_step_accuracy"] == pytest.approx(0.61) and setting["one_step_enough"] is False
+    assert configs.loc["ponder", "verdict"] == FOLLOWS and configs.loc["ponder", "rho_min"] == 0.85
+    assert configs.loc["act", "solves"]  # 0.9875 is within 0.01 of 0.995
+    assert configs.loc["act", "verdict"] == FIXED and configs.loc["one", "verdict"] == UNSOLVED
+    configs, _ = judge(table, chance=0.5, rules=Rules(margin=0.005))
+    assert configs.loc["act", "verdict"] == UNSOLVED  # 0.9875 is not within 0.005
+    table.loc[table["config"] == "one", "accuracy"] = 0.99
+    _, setting = judge(table, chance=0.5)
+    assert setting["one_step_enough"] is True
+
+
+def test_judge_a_set_nobody_learns():
+    table = runs(
+        [
+            ("ponder", "pondernet", 0, 0.52, 0.9, 2.0, 5.0),
+            ("one", ONE_STEP, 0, 0.51, float("nan"), 0.0, 1.0),
+        ]
+    )
+    configs, setting = judge(table, chance=0.5, rules=Rules(learned=0.1))
+    assert not setting["learned"] and not configs["solves"].any()
+    assert setting["one_step_enough"] is False and set(configs["verdict"]) == {UNSOLVED}
+    _, setting = judge(table[table["family"] != ONE_STEP], chance=0.5)
+    assert setting["one_step"] is None and setting["one_step_enough"] is None
+
+
+def test_describe_verdicts():
+    assert (
+        describe_verdicts([FOLLOWS, BETWEEN, FOLLOWS]) == "follows difficulty (2 of 3), in between (1 of 3)"
+    )
+    assert describe_verdicts([]) == "—"
+    with pytest.raises(ValueError):
+        describe_verdicts(["ponders"])

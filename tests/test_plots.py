@@ -1,0 +1,44 @@
+"""The pointer-chasing figure: the walk it draws is the input's walk.
+
+Deliberate breaks these tests catch (each was tried):
+- ``pointer_walk`` stopping one slot before the exit (``while arrows[arrows[walk[-1]]] != ...``):
+  test_the_walk_ends_at_the_answer_after_k_slots;
+- ``plot_pointer_sample`` drawing the walk's arcs backwards (``_arc(ax, j, i, ...)``), or drawing the
+  walk's arrows among the others as well: test_the_figure_draws_the_walk_above_and_the_rest_below.
+"""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from pondernet_tutorial.data.pointer import pointer_batch  # noqa: E402
+from pondernet_tutorial.plots import plot_pointer_sample, pointer_walk  # noqa: E402
+
+
+def test_the_walk_ends_at_the_answer_after_k_slots():
+    x, y, k = pointer_batch(500, 16, (1, 12), generator=torch.Generator().manual_seed(0))
+    for arrows, label, difficulty in zip(x, y.tolist(), k.tolist()):
+        walk = pointer_walk(arrows)
+        assert walk[0] == 0 and walk[-1] == label and len(walk) == difficulty
+    with pytest.raises(ValueError, match="cycle"):
+        pointer_walk([1, 0, 2])
+
+
+def test_the_figure_draws_the_walk_above_and_the_rest_below():
+    x, _, k = pointer_batch(1, 16, (5, 5), generator=torch.Generator().manual_seed(1))
+    arrows = x[0].long().tolist()
+    fig, ax = plt.subplots()
+    walk = plot_pointer_sample(arrows, ax)
+    walk_arcs = [line for line in ax.lines if line.get_gid() == "walk"]
+    other_arcs = [line for line in ax.lines if line.get_gid() == "other"]
+    assert len(walk_arcs) == k.item() - 1 == len(walk) - 1
+    moves = sum(a != i for i, a in enumerate(arrows))
+    assert len(other_arcs) == moves - len(walk_arcs)  # each arrow drawn once
+    for line, (i, j) in zip(walk_arcs, zip(walk[:-1], walk[1:])):
+        xs, ys = line.get_data()
+        assert (xs[0], xs[-1]) == pytest.approx((i, j)) and ys.max() > 0  # from i to j, above the row
+    assert all(line.get_ydata().min() < 0 for line in other_arcs)
+    plt.close(fig)
