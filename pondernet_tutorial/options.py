@@ -91,11 +91,15 @@ def of_type(kind: type, value: Any, name: str) -> Any:
 
 
 # ------------------------------------------------------------------ generic range checks
+FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max: the models' numbers are float32
+
+
 def check_finite(value: float, name: str = "value") -> float:
-    """A finite float: NaN and ±inf are refused, never trained on."""
+    """A finite float that float32 holds: NaN, ±inf and values that overflow to ±inf in the model
+    (|x| > 3.4e38) are refused, never trained on."""
     value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value}.")
+    if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
+        raise ValueError(f"{name} must be a finite number (at most 3.4e38 in size), got {value}.")
     return value
 
 

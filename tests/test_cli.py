@@ -190,8 +190,15 @@ def _mistakes(tmp):
         ([*parity, "--strategy", "ddp_spawn"], "strategy ddp_spawn trains in worker processes"),
         ([*parity, "--devices", "abc"], "devices must be auto, a count >= 1"),
         ([*parity, "--devices=-1"], "devices must be auto, a count >= 1"),
-        ([*parity, "--lr", "inf"], "lr must be a finite number, got inf"),
-        ([*parity, "--halting-bias", "nan"], "halting_bias must be a finite number, got nan"),
+        ([*parity, "--lr", "inf"], "lr must be a finite number (at most 3.4e38 in size), got inf"),
+        (
+            [*parity, "--halting-bias", "nan"],
+            "halting_bias must be a finite number (at most 3.4e38 in size), got nan",
+        ),
+        (
+            [*parity, "--halting-bias", "1e39"],
+            "halting_bias must be a finite number (at most 3.4e38 in size), got 1e+39",
+        ),
         ([*parity, "--output-dir", f"{tmp}/a-file"], "is a file, not a folder"),
         ([*parity, "--output-dir", f"{tmp}/a-file/runs"], "lies under the file"),
         (
@@ -262,9 +269,9 @@ def test_more_cpu_devices_than_cores_start_no_process(nothing_runs, capsys):
 def test_a_run_that_diverges_stops_with_an_error_and_no_model(divergence, tmp_path, monkeypatch, capsys):
     """A non-finite training loss (or weights) ends the run at the end of the epoch with a one-line
     error, and neither model.pt nor metadata.json is written. Breaks tried: the callback left out of
-    train(); its loss test removed (the infinite loss, with finite gradients, then trains on); its weights
-    test removed (NaN gradients under a finite first loss: the metric skips the later NaN losses, so the
-    epoch's mean loss stays finite while the weights are NaN)."""
+    train(); its loss test removed (the infinite loss, with finite gradients, then trains on). NaN
+    weights make the next losses NaN, which the epoch's mean keeps, so the loss test stops both cases;
+    the weights' own test has a test of its own (test_faults.py)."""
     import torch
 
     from pondernet_tutorial.methods.fixed import FixedSteps

@@ -39,7 +39,7 @@ import torch
 import pondernet_tutorial
 from pondernet_tutorial import studies
 from pondernet_tutorial.checkpoints import CheckpointError, load_model, load_pretrained
-from pondernet_tutorial.config import TrainConfig
+from pondernet_tutorial.config import PRETRAINED_DIR, TrainConfig
 from pondernet_tutorial.evaluation import evaluate_run
 from pondernet_tutorial.studies import Study, load_study, reproduce, run_one
 from pondernet_tutorial.training import train
@@ -275,6 +275,28 @@ def test_registered_components_take_only_the_options_they_declare(tmp_path):
     ):
         with pytest.raises(CheckpointError, match=message):
             load_model(gadget_checkpoint(tmp_path / "options.pt", **hparams))
+
+
+def test_trust_code_opts_in_to_a_checkpoint_that_names_a_component_by_its_path(tmp_path):
+    """A shipped model whose step function is named by its import path, not its registered name:
+    ``evaluate --checkpoint`` refuses it in one line (exit 2) and evaluates it with ``--trust-code``
+    (exit 0, the table printed). Break tried: the command line ignoring the flag."""
+    from pondernet_tutorial.steps import STEPS
+
+    shipped = PRETRAINED_DIR / "parity-interpolation"
+    blob = torch.load(shipped / "pondernet-lambda_p=0.2-beta=0.01" / "seed0" / "model.pt", weights_only=True)
+    blob["hparams"]["step"] = STEPS[blob["hparams"]["step"]]  # "module:Name"
+    path = tmp_path / "by-path" / "model.pt"
+    path.parent.mkdir()
+    torch.save(blob, path)
+    args = ("evaluate", "--checkpoint", path, "--experiment", "parity-interpolation", "--limit", 2)
+
+    refused = cli(*args)
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and len(lines) == 1 and "is not registered" in lines[0], refused.stderr
+    trusted = cli(*args, "--trust-code")
+    assert trusted.returncode == 0, trusted.stderr
+    assert "accuracy" in trusted.stdout, trusted.stdout
 
 
 class Gadget:
@@ -650,6 +672,52 @@ def test_reproduce_workers_end_with_their_parent(tmp_path):
         assert wait_until(lambda: not any(running(w) for w in workers), 15), "workers outlived their parent"
     finally:
         end(parent, workers)
+
+
+# ---------------------------------------------------------------------------------------------------
+# 4. Silent garbage refused
+
+
+def test_non_finite_weights_under_a_finite_loss_stop_the_run():
+    """The callback's own test of the weights: an epoch whose mean loss is finite but whose weights
+    hold a NaN stops with the one-line error (the end-to-end divergence tests reach the loss test first).
+    Break tried: the weights left out of the callback's test."""
+    from types import SimpleNamespace
+
+    from pondernet_tutorial.training import StopOnNonFinite, TrainingDivergedError
+
+    module = torch.nn.Linear(2, 2)
+    module.hparams = {"lr": 0.1}
+    trainer = SimpleNamespace(callback_metrics={"train/loss": torch.tensor(0.5)}, current_epoch=2)
+    StopOnNonFinite().on_train_epoch_end(trainer, module)  # finite loss, finite weights: trains on
+    with torch.no_grad():
+        module.weight[0, 0] = float("nan")
+    with pytest.raises(TrainingDivergedError, match=r"diverged in epoch 3 \(non-finite weights\)"):
+        StopOnNonFinite().on_train_epoch_end(trainer, module)
+
+
+@pytest.mark.parametrize("method", ["pondernet", "act"])
+def test_inputs_are_checked_at_inference(method):
+    """NaN or inf in an input is a clear error, never a prediction; float64 and half inputs give the
+    float32 model's own answer. Breaks tried: the finiteness check removed; no cast (float64 and half
+    inputs then fail inside the first layer)."""
+    options = {"tau": 1e-3, "halting_bias": -3.0} if method == "act" else {}
+    model = load_pretrained("parity-interpolation", method, seed=0, **options).model
+    x = torch.zeros(4, 16)
+    x[:, :3] = torch.tensor([1.0, -1.0, 1.0])
+
+    def answer(x):  # deterministic: PonderNet's full unroll, ACT's mean-field output
+        return model(x).prediction_logits if method == "act" else model(x, halting="full").log_p
+
+    with torch.no_grad():
+        expected = answer(x)
+        for dtype in (torch.float64, torch.half):
+            assert torch.allclose(answer(x.to(dtype)), expected, atol=1e-3)
+        for bad in (float("nan"), float("inf")):
+            y = x.clone()
+            y[1, 5] = bad
+            with pytest.raises(ValueError, match=r"the input holds NaN or infinite values \(1 of 64\)"):
+                model(y)
 
 
 # ---------------------------------------------------------------------------------------------------
