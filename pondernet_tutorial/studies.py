@@ -182,11 +182,6 @@ STUDIES: dict[str, Study] = {
                 for method in PAPER_METHODS
             ),
             ship="all",
-            quick_runs=tuple(
-                {"experiment": f"parity-paper16-{setting}", **method}
-                for setting in ("interpolation", "extrapolation")
-                for method in PAPER_METHODS
-            ),
         ),
         Study(
             "pointer",
