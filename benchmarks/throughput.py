@@ -16,7 +16,7 @@ The notebook trains in 16-bit precision on a GPU; here both pipelines run in 32-
 through the same ``Trainer`` with its own data module and LightningModule: on the CPU once eagerly and
 once with ``torch.compile`` (its default; the compilation falls in the warm-up batches and is reported
 apart); on CUDA (``--device cuda``) once eagerly and once with each training step replayed from one
-CUDA graph (its default there, :mod:`pondernet_tutorial.cuda_graph`).
+CUDA graph (its default there, :mod:`pondernet_tutorial.runs.cuda_graph`).
 
     python benchmarks/throughput.py               # a few minutes on 2 CPU cores
     python benchmarks/throughput.py --batches 100 --threads 2 --json results.json
@@ -44,9 +44,9 @@ from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 from torch.utils.data import DataLoader, random_split
 
-from pondernet_tutorial.config import TrainConfig
 from pondernet_tutorial.data.mnist import load_mnist, resolve_data_dir
-from pondernet_tutorial.training import make_datamodule, make_module
+from pondernet_tutorial.runs.config import TrainConfig
+from pondernet_tutorial.runs.training import make_datamodule, make_module
 
 # ------------------------------------------------------------------------------ the reference design
 
@@ -240,7 +240,7 @@ def inference(n_images: int, device: str = "cpu") -> dict:
     """Test-set throughput in batches of 1,000: the reference forward pass, and a trained package
     model with a full unroll and with early exit (the reference model is untrained: its cost does
     not depend on its weights beyond when it halts, and it halts no earlier than a trained one)."""
-    from pondernet_tutorial.checkpoints import load_pretrained
+    from pondernet_tutorial.runs.checkpoints import load_pretrained
 
     images = (load_mnist(train=False)[0][:n_images].float() / 255.0).to(device)
     try:

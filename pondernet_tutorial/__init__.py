@@ -12,11 +12,11 @@ Where things go:
   :data:`pondernet_tutorial.registry.EXPERIMENTS`, its data module in ``data/``.
 
 Everything above those is generic: :mod:`~pondernet_tutorial.halting` and
-:mod:`~pondernet_tutorial.losses` (PonderNet's equations), :mod:`~pondernet_tutorial.config` (a run's
+:mod:`~pondernet_tutorial.losses` (PonderNet's equations), :mod:`~pondernet_tutorial.runs.config` (a run's
 configuration and folder), :mod:`~pondernet_tutorial.lightning_module`,
-:mod:`~pondernet_tutorial.training`, :mod:`~pondernet_tutorial.evaluation`,
-:mod:`~pondernet_tutorial.checkpoints` (weights-only files and the shipped runs),
-:mod:`~pondernet_tutorial.studies` (the runs behind the book) and the command line
+:mod:`~pondernet_tutorial.runs.training`, :mod:`~pondernet_tutorial.runs.evaluation`,
+:mod:`~pondernet_tutorial.runs.checkpoints` (weights-only files and the shipped runs),
+:mod:`~pondernet_tutorial.runs.studies` (the runs behind the book) and the command line
 (``python -m pondernet_tutorial``).
 
 The names below are imported when first used, so ``import pondernet_tutorial.halting`` loads PyTorch
@@ -44,10 +44,10 @@ _EXPORTS = {
     "PonderLitModule": "lightning_module",
     "MNISTDataModule": "data.mnist",
     "ParityDataModule": "data.parity",
-    "TrainConfig": "config",
-    "train": "training",
-    "load_model": "checkpoints",
-    "load_pretrained": "checkpoints",
+    "TrainConfig": "runs.config",
+    "train": "runs.training",
+    "load_model": "runs.checkpoints",
+    "load_pretrained": "runs.checkpoints",
     "log_halting_distribution": "halting",
     "geometric_prior": "halting",
 }

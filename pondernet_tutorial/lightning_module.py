@@ -2,15 +2,19 @@
 
 Nothing here knows the task: the step function (by name or factory), the number of classes, the
 halting method and the per-sample loss are arguments, saved as plain hyperparameters so that a
-checkpoint can rebuild the module (:mod:`~pondernet_tutorial.checkpoints`).
+checkpoint can rebuild the module (:mod:`~pondernet_tutorial.runs.checkpoints`).
 
 A training step never makes the host wait for the device: every method unrolls all its steps
 (:meth:`~pondernet_tutorial.methods.base.PonderingMethod.fit_forward`), training flips no coin and logs
 expectations instead (the expected accuracy ``Σ_n p_n 1[ŷ_n = y]`` and ``E[n]``), and the metrics add up
 on the device. So the step compiles into one graph (``torch.compile``, on by default in the shipped
-experiments), and on a CUDA device it is replayed from one CUDA graph
-(:class:`~pondernet_tutorial.cuda_graph.GraphedStep`). Validation and test draw their halting coins
-from a generator of their own, seeded, so they are reproducible.
+experiments). Validation and test draw their halting coins from a generator of their own, seeded, so
+they are reproducible.
+
+This module uses Lightning's automatic optimisation and nothing else. Replaying the training step
+from one CUDA graph is the run machinery's business: a subclass,
+:class:`~pondernet_tutorial.runs.cuda_graph.GraphedPonderLitModule`, that ``train()`` picks on one
+CUDA device.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
 
-from .cuda_graph import GraphedStep
 from .methods import method_class
 from .methods.base import PonderOutput
 from .registry import LOSSES, describe_component, resolve_component
@@ -73,9 +76,6 @@ class PonderLitModule(L.LightningModule):
             configuration records it; a loaded model does not need it).
         compile: ``torch.compile`` the unroll and the loss that training, validation and test run
             (``_fit_losses``). Not saved: a loaded model runs eagerly.
-        cuda_graph: replay each training step from one CUDA graph (CUDA, one device; see
-            :mod:`~pondernet_tutorial.cuda_graph`); training then optimises by hand (Lightning's manual
-            optimisation) with the same computation. Not saved.
     """
 
     def __init__(
@@ -93,7 +93,6 @@ class PonderLitModule(L.LightningModule):
         eval_seed: int = 0,
         grad_clip: float = 0.0,
         compile: bool = False,
-        cuda_graph: bool = False,
     ):
         super().__init__()
         if isinstance(n_classes, bool) or int(n_classes) != n_classes or n_classes < 2:
@@ -131,18 +130,9 @@ class PonderLitModule(L.LightningModule):
         self.metrics = nn.ModuleDict({"fit": stage_metrics(terms), "validation": stage_metrics(terms)})
         self.test_metrics = nn.ModuleList()
         self.grad_clip = float(grad_clip)
-        self._compile = bool(compile)
-        self._graphed: GraphedStep | None = None
-        self._generator: torch.Generator | None = None
-        self.use_cuda_graph(cuda_graph)
-
-    def use_cuda_graph(self, on: bool) -> None:
-        """Replay training steps from a CUDA graph (manual optimisation, no compiler) or not (Lightning's
-        automatic optimisation, compiled if asked). Set before ``fit``."""
-        self.cuda_graph = bool(on)
-        self.automatic_optimization = not self.cuda_graph  # a replayed step optimises by hand
-        self.compiled = self._compile and not self.cuda_graph  # a replay needs no compiler
+        self.compiled = bool(compile)
         self._fit_step = torch.compile(self._fit_losses) if self.compiled else self._fit_losses
+        self._generator: torch.Generator | None = None
 
     def forward(self, x, generator: torch.Generator | None = None) -> PonderOutput:
         """Inference: the method's halting (PonderNet samples its halting step with ``generator``)."""
@@ -198,37 +188,13 @@ class PonderLitModule(L.LightningModule):
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
         x, y = batch
-        if self.automatic_optimization:
-            values = self._training_values(x, y)
-        else:
-            values = self._graphed_step(x, y)
+        values = self._training_values(x, y)
         self._record(values, y.shape[0], "metrics.fit")
         return values["loss"]
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         if batch_idx + 1 == self.trainer.num_training_batches:  # the epoch's last batch: its means are known
             self._log_epoch("metrics.fit", "train")
-
-    def _graphed_step(self, x, y) -> dict[str, Tensor]:
-        """Manual optimisation: forward, loss, backward, clipping and update in one
-        :class:`~pondernet_tutorial.cuda_graph.GraphedStep` (replayed from a CUDA graph on CUDA)."""
-        optimizer = self.optimizers()
-        if self._graphed is None:
-            self._graphed = GraphedStep(
-                self._training_values,
-                self.parameters(),
-                optimizer.optimizer,
-                self.grad_clip,
-                capture=self.device.type == "cuda",
-            )
-        before = getattr(optimizer, "_on_before_step", None)  # Lightning's count of optimiser steps
-        if before is not None:
-            before()
-        values = self._graphed(x, y)
-        after = getattr(optimizer, "_on_after_step", None)
-        if after is not None:
-            after()
-        return values
 
     def _shared_step(self, batch, attribute: str, generator) -> Tensor:
         x, y = batch
@@ -294,28 +260,21 @@ class PonderLitModule(L.LightningModule):
         if self.grad_clip > 0:
             self.clip_gradients(optimizer, gradient_clip_val=self.grad_clip, gradient_clip_algorithm="norm")
 
-    def configure_optimizers(self):
-        if self.cuda_graph and self.device.type == "cuda":  # the update is captured: lr is a tensor
-            lr = torch.tensor(self.hparams.lr, device=self.device)
-            optimizer = torch.optim.Adam(self.parameters(), lr=lr, capturable=True, foreach=True)
-        else:
-            optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+    def plateau_schedule(self, optimizer):
+        """ReduceLROnPlateau on the validation accuracy, or ``None`` (a constant rate, or no validation)."""
         if self.hparams.lr_schedule == "constant" or not self._has_validation():
-            return optimizer
-        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+            return None
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(
             optimizer, mode="max", factor=self.hparams.lr_factor, patience=self.hparams.lr_patience
         )
-        if not self.automatic_optimization:  # stepped by hand in on_train_epoch_end
-            return [optimizer], [scheduler]
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+        scheduler = self.plateau_schedule(optimizer)
+        if scheduler is None:
+            return optimizer
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val/acc"}}
 
     def on_train_epoch_end(self) -> None:
-        """The training means, if the last batch did not log them (a loader without a length); manual
-        optimisation steps the learning-rate schedule itself, where Lightning would: after the epoch's
-        validation."""
+        """The training means, if the last batch did not log them (a loader without a length)."""
         self._log_epoch("metrics.fit", "train")
-        if self.automatic_optimization:
-            return
-        scheduler = self.lr_schedulers()
-        if scheduler is not None and "val/acc" in self.trainer.callback_metrics:
-            scheduler.step(self.trainer.callback_metrics["val/acc"])

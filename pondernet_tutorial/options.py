@@ -1,7 +1,7 @@
 """Options declared once: type, default, help, choices and range check, in one :class:`Option`.
 
 An option of a run is declared in one place: a field of
-:class:`~pondernet_tutorial.config.TrainConfig` (``setting(...)``), an entry of a halting method in
+:class:`~pondernet_tutorial.runs.config.TrainConfig` (``setting(...)``), an entry of a halting method in
 :data:`pondernet_tutorial.methods.METHOD_OPTIONS`, or an entry of a step function in
 :data:`pondernet_tutorial.steps.STEP_OPTIONS`. The command line takes its flags, help, types and
 choices from those declarations, ``TrainConfig.check`` validates with them, and the classes call the

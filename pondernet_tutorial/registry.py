@@ -2,7 +2,7 @@
 
 An :class:`Experiment` names its data module, its default step function, the number of classes, the
 data options (MNIST's training rotation, parity's lengths), the training defaults that differ from
-:class:`~pondernet_tutorial.config.TrainConfig`'s, its quick (CI) settings and how its evaluation
+:class:`~pondernet_tutorial.runs.config.TrainConfig`'s, its quick (CI) settings and how its evaluation
 tables are grouped. Everything else (training, evaluation, checkpoints, the command line, the
 notebooks) looks experiments up here, so a new experiment is one new entry in :data:`EXPERIMENTS`.
 
@@ -36,7 +36,7 @@ class Experiment:
         step: name of the default step function in :data:`pondernet_tutorial.steps.STEPS`.
         step_options: keyword arguments of the default step function (besides ``n_classes``).
         n_classes: number of classes.
-        defaults: training settings that differ from :class:`~pondernet_tutorial.config.TrainConfig`'s;
+        defaults: training settings that differ from :class:`~pondernet_tutorial.runs.config.TrainConfig`'s;
             ``"method.option"`` sets a default for one method only (``"act.halting_bias"``).
         quick: the settings of quick mode (CI only, never shipped).
         evaluation: keyword arguments that give the data module its evaluation sets.

@@ -8,8 +8,8 @@ from dataclasses import fields
 
 import pytest
 
-from pondernet_tutorial.__main__ import build_parser, main
-from pondernet_tutorial.config import PRETRAINED_DIR, TrainConfig
+from pondernet_tutorial.runs.cli import build_parser, main
+from pondernet_tutorial.runs.config import PRETRAINED_DIR, TrainConfig
 
 
 def test_help_explains_every_option(capsys):
@@ -28,7 +28,7 @@ def test_help_and_halting_load_no_lightning():
         "import sys; {}; print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'torch')))"
     )
     help_only = probe.format(
-        "from pondernet_tutorial.__main__ import build_parser; build_parser().format_help()"
+        "from pondernet_tutorial.runs.cli import build_parser; build_parser().format_help()"
     )
     result = subprocess.run([sys.executable, "-c", help_only], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"  # neither Lightning nor PyTorch for --help
@@ -124,7 +124,7 @@ def test_more_user_errors_are_one_line(without_wandb, tmp_path, capsys):
     """
     import json
 
-    from pondernet_tutorial.studies import get_study
+    from pondernet_tutorial.runs.studies import get_study
 
     quick = ["--quick", "--experiment", "parity-interpolation", "--output-dir", str(tmp_path / "runs")]
     config = get_study("mnist-refine").configs(quick=True, output_dir=str(tmp_path / "study"))[0]

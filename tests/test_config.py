@@ -4,7 +4,7 @@ import warnings
 
 import pytest
 
-from pondernet_tutorial.config import ConfigMismatchError, TrainConfig, check_same_identity
+from pondernet_tutorial.runs.config import ConfigMismatchError, TrainConfig, check_same_identity
 
 
 def test_defaults_are_the_reference_experiments():
@@ -193,8 +193,8 @@ from pondernet_tutorial.methods import METHOD_OPTIONS
 from pondernet_tutorial.options import Option, at_least, between
 METHOD_OPTIONS["pondernet"]["example_budget"] = Option(int, 40, "steps at evaluation", check=at_least(1))
 METHOD_OPTIONS["pondernet"]["epsilon"] = Option(float, 0.05, "truncation of the unroll", check=between(0, 1))
-from pondernet_tutorial.__main__ import build_parser
-from pondernet_tutorial.config import DEFAULTS, TrainConfig
+from pondernet_tutorial.runs.cli import build_parser
+from pondernet_tutorial.runs.config import DEFAULTS, TrainConfig
 assert "example_budget" in DEFAULTS and "epsilon" not in DEFAULTS  # the methods' defaults of ε differ
 help = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
 assert "--example-budget" in help and "steps at evaluation [default: 40]" in help, help

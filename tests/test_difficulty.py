@@ -15,7 +15,7 @@ import math
 import pandas as pd
 import pytest
 
-from pondernet_tutorial.difficulty import (
+from pondernet_tutorial.analysis.difficulty import (
     BETWEEN,
     FIXED,
     FOLLOWS,

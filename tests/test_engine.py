@@ -6,8 +6,6 @@
   or a shape that depends on the data fails the test;
 * a Lightning training step, metrics and logging included, runs no operation that makes the host wait
   (``.item()``, ``nonzero``, a boolean index);
-* the hand-written optimisation of the CUDA-graph path computes what Lightning's automatic
-  optimisation computes (here without capture: there is no CUDA device in CI);
 * a run with ``compile=True`` (the shipped experiments' default) trains.
 
 Deliberate breaks these tests catch (each was tried):
@@ -17,8 +15,9 @@ Deliberate breaks these tests catch (each was tried):
   test_rules_decide_at_once_as_the_loop_does;
 - ACT's halting decided at once with ``>`` instead of the loop's ``≥``:
   test_rules_decide_at_once_as_the_loop_does and test_act_full_unroll_has_the_early_exits_loss_and_gradients;
-- a NaN check in the metrics (``nan_strategy="warn"``): test_no_host_sync_in_a_training_step;
-- the manual path skipping gradient clipping: test_manual_optimisation_equals_automatic.
+- a NaN check in the metrics (``nan_strategy="warn"``): test_no_host_sync_in_a_training_step.
+
+The CUDA-graph path is tested in test_cuda_graph.py.
 """
 
 import lightning as L
@@ -221,29 +220,10 @@ def fit(module, epochs=2, **trainer_options):
     return trainer
 
 
-@pytest.mark.parametrize("method", ["pondernet-paper", "act"])
-def test_manual_optimisation_equals_automatic(method):
-    """The CUDA-graph path's optimisation by hand (forward, loss, backward, clipping, Adam, the plateau
-    schedule), run here without capture, gives the weights of Lightning's automatic optimisation."""
-    options = {"grad_clip": 0.05, "lr": 0.01, "lr_patience": 0, "lr_factor": 0.5}
-    automatic = parity_module(method, **options)
-    manual = parity_module(method, **options)
-    manual.use_cuda_graph(True)  # manual optimisation; no CUDA here, so the step runs eagerly
-    runs = [fit(automatic, epochs=3), fit(manual, epochs=3)]
-    assert not manual.automatic_optimization and manual._graphed.steps == 24
-    for (name, a), (_, b) in zip(automatic.named_parameters(), manual.named_parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
-    lrs = [trainer.optimizers[0].param_groups[0]["lr"] for trainer in runs]
-    assert lrs[0] == lrs[1]
-    assert runs[0].global_step == runs[1].global_step == 24
-    for name in ("train/loss", "train/acc", "val/acc"):
-        torch.testing.assert_close(runs[0].callback_metrics[name], runs[1].callback_metrics[name])
-
-
 def test_a_compiled_run_trains(tmp_path):
     """``compile=True``, the default of every shipped experiment, through ``train``."""
-    from pondernet_tutorial.config import TrainConfig
-    from pondernet_tutorial.training import train
+    from pondernet_tutorial.runs.config import TrainConfig
+    from pondernet_tutorial.runs.training import train
 
     torch._dynamo.reset()
     config = TrainConfig(

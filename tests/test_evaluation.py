@@ -14,7 +14,7 @@ import torch
 
 from pondernet_tutorial import PonderLitModule
 from pondernet_tutorial.data.base import EvalSet
-from pondernet_tutorial.evaluation import evaluate_set, per_class, summarize
+from pondernet_tutorial.runs.evaluation import evaluate_set, per_class, summarize
 
 
 def test_summarize_by_hand():
@@ -89,7 +89,7 @@ def test_per_step_accuracy_and_columns():
 
 
 def test_per_angle_both_directions_and_their_mean():
-    from pondernet_tutorial.evaluation import per_angle
+    from pondernet_tutorial.runs.evaluation import per_angle
 
     rows = []
     for seed, (ccw, cw) in enumerate([(0.9, 0.7), (0.8, 0.6)]):

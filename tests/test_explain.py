@@ -11,7 +11,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from pondernet_tutorial import explain  # noqa: E402
-from pondernet_tutorial.explain import explore_figure, halting_terms, interactive_explorer  # noqa: E402
+from pondernet_tutorial.analysis.explain import explore_figure, halting_terms, interactive_explorer  # noqa: E402
 
 
 def test_halting_distribution_by_hand():

@@ -38,11 +38,11 @@ import torch
 
 import pondernet_tutorial
 from pondernet_tutorial import studies
-from pondernet_tutorial.checkpoints import CheckpointError, load_model, load_pretrained
-from pondernet_tutorial.config import PRETRAINED_DIR, TrainConfig
-from pondernet_tutorial.evaluation import evaluate_run
-from pondernet_tutorial.studies import Study, load_study, reproduce, run_one
-from pondernet_tutorial.training import train
+from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model, load_pretrained
+from pondernet_tutorial.runs.config import PRETRAINED_DIR, TrainConfig
+from pondernet_tutorial.runs.evaluation import evaluate_run
+from pondernet_tutorial.runs.studies import Study, load_study, reproduce, run_one
+from pondernet_tutorial.runs.training import train
 
 # the checkout whose package the tests import: subprocesses run the same one
 ROOT = Path(pondernet_tutorial.__file__).resolve().parents[1]
@@ -684,7 +684,7 @@ def test_non_finite_weights_under_a_finite_loss_stop_the_run():
     Break tried: the weights left out of the callback's test."""
     from types import SimpleNamespace
 
-    from pondernet_tutorial.training import StopOnNonFinite, TrainingDivergedError
+    from pondernet_tutorial.runs.training import StopOnNonFinite, TrainingDivergedError
 
     module = torch.nn.Linear(2, 2)
     module.hparams = {"lr": 0.1}
@@ -747,7 +747,7 @@ def test_results_record_no_path_of_the_machine(tiny_study, tmp_path):
     metadata = json.loads((config.run_dir / "metadata.json").read_text())
     assert not [s for s in strings(metadata) if os.path.isabs(s)]
     # and the shipped results hold none either
-    from pondernet_tutorial.config import PRETRAINED_DIR
+    from pondernet_tutorial.runs.config import PRETRAINED_DIR
 
     for path in [*PRETRAINED_DIR.rglob("*.json"), *PRETRAINED_DIR.glob("studies/*/*.csv")]:
         text = path.read_text()
@@ -759,7 +759,7 @@ def test_results_record_no_path_of_the_machine(tiny_study, tmp_path):
 def test_only_a_child_of_the_recorded_parent_is_tied_to_it():
     """An inherited record of a parent (a notebook kernel that trained, then ran a command) must not end
     a process that is not that parent's child; a rank whose parent has ended ends at once."""
-    probe = "from pondernet_tutorial.processes import end_with_parent; end_with_parent(); print('alive')"
+    probe = "from pondernet_tutorial.runs.processes import end_with_parent; end_with_parent(); print('alive')"
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

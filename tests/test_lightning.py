@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from pondernet_tutorial import PonderLitModule
-from pondernet_tutorial.checkpoints import FORMAT, CheckpointError, load_model, save_weights
+from pondernet_tutorial.runs.checkpoints import FORMAT, CheckpointError, load_model, save_weights
 
 PARITY = {"step": "parity_gru", "n_classes": 2, "step_options": {"n_elements": 8, "hidden_size": 16}}
 

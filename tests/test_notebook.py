@@ -88,7 +88,7 @@ def test_quick_runs_are_kept_apart_per_checkout(tmp_path):
     (clone / "pondernet_tutorial").mkdir(parents=True)
     for name in ("__init__.py", "notebook.py"):
         shutil.copy(ROOT / "pondernet_tutorial" / name, clone / "pondernet_tutorial" / name)
-    code = "from pondernet_tutorial.notebook import QUICK_DIR; print(QUICK_DIR)"
+    code = "from pondernet_tutorial.analysis.notebook import QUICK_DIR; print(QUICK_DIR)"
     here = python_in(tmp_path, code)
     assert here == str(notebook.QUICK_DIR)  # another process, the same checkout
     there = python_in(tmp_path, code, pythonpath=clone)

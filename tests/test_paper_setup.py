@@ -13,10 +13,10 @@ Deliberate breaks these tests catch (each was tried):
 import pytest
 import torch
 
-from pondernet_tutorial.config import TrainConfig
 from pondernet_tutorial.halting import log_halting_distribution
 from pondernet_tutorial.methods.act import ACT
 from pondernet_tutorial.methods.pondernet import PonderNet, truncate_at_epsilon
+from pondernet_tutorial.runs.config import TrainConfig
 from pondernet_tutorial.steps.parity import ParityRNNStep
 
 

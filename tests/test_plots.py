@@ -14,8 +14,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from pondernet_tutorial.analysis.plots import plot_pointer_sample, pointer_walk  # noqa: E402
 from pondernet_tutorial.data.pointer import pointer_batch  # noqa: E402
-from pondernet_tutorial.plots import plot_pointer_sample, pointer_walk  # noqa: E402
 
 
 def test_the_walk_ends_at_the_answer_after_k_slots():

@@ -16,13 +16,13 @@ import pytest
 import torch
 from torch import nn
 
-from pondernet_tutorial.config import TrainConfig
 from pondernet_tutorial.data.pointer import END_PROB, PointerDataModule, pointer_batch
-from pondernet_tutorial.evaluation import evaluate_run
 from pondernet_tutorial.methods.pondernet import PonderNet
+from pondernet_tutorial.runs.config import TrainConfig
+from pondernet_tutorial.runs.evaluation import evaluate_run
+from pondernet_tutorial.runs.training import train
 from pondernet_tutorial.steps import step_class
 from pondernet_tutorial.steps.pointer import PointerStep
-from pondernet_tutorial.training import train
 
 
 def walk(arrows: list[int]) -> tuple[int, int]:

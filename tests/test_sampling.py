@@ -16,8 +16,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from pondernet_tutorial import PonderLitModule
 from pondernet_tutorial.data.base import EvalSet
-from pondernet_tutorial.evaluation import evaluate_set, summarize
 from pondernet_tutorial.methods.pondernet import sample_halting_step
+from pondernet_tutorial.runs.evaluation import evaluate_set, summarize
 
 
 def parity_module(seed=0, max_steps=12):

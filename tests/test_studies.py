@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from pondernet_tutorial.studies import STUDIES, get_study, prune_for_shipping
+from pondernet_tutorial.runs.studies import STUDIES, get_study, prune_for_shipping
 
 
 def test_studies_name_distinct_runs_and_the_grid_has_its_own_budget():
@@ -108,7 +108,7 @@ def test_reproduce_builds_its_plan_once_with_the_shared_options(tmp_path, monkey
 
 def test_reproduce_on_the_command_line_with_a_shared_option(tmp_path, monkeypatch):
     from pondernet_tutorial import studies
-    from pondernet_tutorial.__main__ import main
+    from pondernet_tutorial.runs.cli import main
 
     monkeypatch.setattr(studies, "run_one", lambda c, *a: _fake_run(c))
     args = ["reproduce", "--study", "mnist-refine", "--quick", "--output-dir", str(tmp_path)]

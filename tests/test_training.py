@@ -16,11 +16,11 @@ import pandas as pd
 import pytest
 import torch
 
-from pondernet_tutorial.config import ConfigMismatchError, TrainConfig
 from pondernet_tutorial.data.base import EvalSet
-from pondernet_tutorial.evaluation import evaluate_set
-from pondernet_tutorial.studies import run_one
-from pondernet_tutorial.training import train
+from pondernet_tutorial.runs.config import ConfigMismatchError, TrainConfig
+from pondernet_tutorial.runs.evaluation import evaluate_set
+from pondernet_tutorial.runs.studies import run_one
+from pondernet_tutorial.runs.training import train
 
 
 def tiny(tmp_path, **kwargs):
@@ -60,8 +60,8 @@ def test_the_best_epochs_weights_are_saved(tmp_path):
     assert best != len(history) - 1  # the setting of this test: the last epoch is not the best
     assert metadata["best_epoch"] == history.loc[best, "epoch"]
     assert metadata["best_val_acc"] == pytest.approx(history["val/acc"].max())
-    from pondernet_tutorial.checkpoints import load_model
-    from pondernet_tutorial.training import make_datamodule
+    from pondernet_tutorial.runs.checkpoints import load_model
+    from pondernet_tutorial.runs.training import make_datamodule
 
     saved = load_model(config.run_dir / "model.pt")
     dm = make_datamodule(config)

@@ -21,7 +21,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, S
 
 @dataclass
 class EvalSet:
-    """One named test set for :mod:`~pondernet_tutorial.evaluation`.
+    """One named test set for :mod:`~pondernet_tutorial.runs.evaluation`.
 
     Attributes:
         name: e.g. ``rot45`` or ``test``; the column ``set`` of the per-sample tables.

@@ -343,7 +343,7 @@ class MNISTDataModule(L.LightningDataModule):
         return self.test_dataloader()
 
     def evaluation_sets(self) -> list[EvalSet]:
-        """The rotated test sets for :func:`~pondernet_tutorial.evaluation.evaluate`."""
+        """The rotated test sets for :func:`~pondernet_tutorial.runs.evaluation.evaluate`."""
         self.setup("test")
         return [
             EvalSet(spec.name, images, self.test_labels, {"mode": spec.mode, "degrees": spec.degrees})

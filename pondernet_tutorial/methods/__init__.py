@@ -9,7 +9,7 @@ A new halting method is a ``PonderingMethod`` subclass in a module of its own he
 :data:`METHODS` under the name that configurations, run folders and checkpoints use, and to
 :data:`METHOD_OPTIONS` with the options its constructor takes (besides ``max_steps``). Each option is
 declared there once (type, default, help, range check): it becomes a field of
-:class:`~pondernet_tutorial.config.TrainConfig` and a flag of the command line, and two methods may
+:class:`~pondernet_tutorial.runs.config.TrainConfig` and a flag of the command line, and two methods may
 share a name with different defaults (``--epsilon`` is then each method's own).
 """
 

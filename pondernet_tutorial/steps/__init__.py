@@ -9,7 +9,7 @@ A new step function is a :class:`~.base.StepFunction` subclass, written in the m
 new one here) and added to :data:`STEPS` under the name that configurations and checkpoints use. Its
 constructor takes ``n_classes`` and its own options as keywords, each declared in :data:`STEP_OPTIONS`
 (type, help, range check), which ``--step-option KEY=VALUE`` and
-:class:`~pondernet_tutorial.config.TrainConfig` check before anything is trained. An option named like
+:class:`~pondernet_tutorial.runs.config.TrainConfig` check before anything is trained. An option named like
 one of the experiment's data options (parity's ``n_elements``) must equal it.
 """
 

@@ -27,12 +27,13 @@ from pathlib import Path
 
 import torch
 
+from ..lightning_module import PonderLitModule
+from ..methods import METHODS
+from ..registry import LOSSES, UnregisteredComponentError, check_registered, is_plain
+from ..steps import STEPS
+from .build import make_module
 from .config import PRETRAINED_DIR, TrainConfig, _plain, check_same_identity, identity_differences
 from .files import read_json, torch_save
-from .lightning_module import PonderLitModule
-from .methods import METHODS
-from .registry import LOSSES, UnregisteredComponentError, check_registered, is_plain
-from .steps import STEPS
 
 FORMAT = "pondernet_tutorial/weights-v2"
 TRUST_HINT = "Load it only if you trust the file: load_model(..., trust_code=True), or evaluate --trust-code"
@@ -54,7 +55,6 @@ def _accepted_hparams() -> set[str]:
         "self",
         "grad_clip",
         "compile",
-        "cuda_graph",
     }
 
 
@@ -105,8 +105,6 @@ def _hparams_differences(saved: dict, expected: dict) -> str:
 
 def expected_hparams(config: TrainConfig) -> dict:
     """The hyperparameters of the model that a configuration trains (as saved in its ``model.pt``)."""
-    from .training import make_module
-
     return _plain(dict(make_module(config).hparams))
 
 

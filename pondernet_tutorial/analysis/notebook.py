@@ -25,7 +25,7 @@ QUICK_VARIABLE = "PONDERNET_QUICK"
 def checkout_key() -> str:
     """A short key of the folder this package is imported from (a clone, or an installation), so that
     the quick runs of two checkouts on one machine never mix."""
-    return hashlib.sha256(str(Path(__file__).resolve().parents[1]).encode()).hexdigest()[:12]
+    return hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hexdigest()[:12]
 
 
 # Quick runs: never inside the repository, and one folder per checkout (CI removes only its own).
@@ -88,8 +88,8 @@ def study_tables(*studies: str, train_from_scratch: bool = False) -> dict:
       already there with the same configuration are reused);
     * quick mode (CI): the quick runs in a temporary folder (never shipped, never in the book).
     """
-    from .config import PRETRAINED_DIR
-    from .studies import load_study, reproduce
+    from ..runs.config import PRETRAINED_DIR
+    from ..runs.studies import load_study, reproduce
 
     if quick_mode():
         root = QUICK_DIR
@@ -121,7 +121,7 @@ def run_file(root, run, name: str) -> Path:
 
 def load_model(root, run):
     """A run's trained model (eval mode)."""
-    from .checkpoints import load_model as load
+    from ..runs.checkpoints import load_model as load
 
     return load(run_file(root, run, "model.pt"))
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from ..data.base import EvalSet
+from ..losses import per_sample_loss
 from .config import TrainConfig, identity_differences
-from .data.base import EvalSet
 from .files import folder_lock, read_json, write_csv, write_json
-from .losses import per_sample_loss
 
 EVAL_FORMAT = "pondernet_tutorial/evaluation-v3"
 RUN_TABLES = ("summary.csv", "per_step.csv", "per_class.csv")
@@ -184,7 +184,7 @@ def evaluation_record(config: TrainConfig, limit: int | None, seed: int, set_nam
 
 
 def _datamodule_and_record(config: TrainConfig, limit: int | None, seed: int, sweep: str | None):
-    from .registry import get_experiment
+    from ..registry import get_experiment
     from .training import make_datamodule
 
     sweep = sweep or get_experiment(config.experiment).evaluation.get("sweep")
@@ -228,8 +228,8 @@ def evaluate_run(
         sweep: the data module's named set of test sets (MNIST: ``"full"``); default the experiment's.
         module: the trained module, if already in memory (else ``model.pt`` is loaded).
     """
+    from ..registry import get_experiment
     from .checkpoints import load_model
-    from .registry import get_experiment
 
     experiment = get_experiment(config.experiment)
     run_dir = config.run_dir

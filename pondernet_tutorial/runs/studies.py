@@ -1,6 +1,6 @@
 """The runs behind the book, grouped in named studies, and the command that reproduces them.
 
-A :class:`Study` lists run configurations (as :class:`~pondernet_tutorial.config.TrainConfig` fields)
+A :class:`Study` lists run configurations (as :class:`~pondernet_tutorial.runs.config.TrainConfig` fields)
 and seeds. :func:`reproduce` trains every run that is not trained yet, evaluates it, and writes the
 study's tables. A run already in the results folder is reused only when its recorded configuration
 equals the requested one, and its tables only when their evaluation record does; a run folder is
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..methods import METHOD_OPTIONS
 from .config import PRETRAINED_DIR, ConfigMismatchError, TrainConfig, identity_differences
 from .files import folder_lock, read_json, write_csv, write_json
-from .methods import METHOD_OPTIONS
 from .processes import is_rank_zero
 
 if TYPE_CHECKING:  # pandas is imported where it is used: listing the studies stays light
@@ -212,7 +212,7 @@ def run_one(
 ) -> dict:
     """Train (unless trained) and evaluate (unless evaluated) one run; returns a short record.
 
-    The run's folder is locked meanwhile (:func:`~pondernet_tutorial.files.folder_lock`): if another
+    The run's folder is locked meanwhile (:func:`~pondernet_tutorial.runs.files.folder_lock`): if another
     process holds it, this one waits for it (``wait``), or returns at once with ``done="busy"``. A
     damaged run (its metadata does not parse or its ``model.pt`` does not load) is trained again.
     """
@@ -350,7 +350,7 @@ def reproduce(
 
 
 def _quick_limit(config: TrainConfig) -> int | None:
-    from .registry import get_experiment
+    from ..registry import get_experiment
 
     return get_experiment(config.experiment).quick.get("limit")
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .evaluation import _spearman as spearman
+from ..runs.evaluation import _spearman as spearman
 
 RUN_KEYS = ("experiment", "variant", "seed")
 FOLLOWS, FIXED, BETWEEN, UNSOLVED = "follows difficulty", "fixed depth", "in between", "does not solve"
@@ -70,7 +70,7 @@ def halting_by_run(
 
     Args:
         per_sample: per-sample tables (``label``, ``prediction``, ``steps``, ``difficulty``) with the
-            ``by`` columns (:func:`~pondernet_tutorial.notebook.load_table` adds the run's).
+            ``by`` columns (:func:`~pondernet_tutorial.analysis.notebook.load_table` adds the run's).
 
     Returns:
         one row per group: ``rho`` (Spearman's ``ρ`` of the difficulty and the steps; NaN where either is

@@ -25,12 +25,12 @@ import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from .methods import METHOD_OPTIONS, METHODS, NAMED_IN_FOLDER
-from .options import Option, above, at_least, between, check_max_steps
-from .registry import EXPERIMENTS, get_experiment
-from .steps import STEP_OPTIONS, STEPS
+from ..methods import METHOD_OPTIONS, METHODS, NAMED_IN_FOLDER
+from ..options import Option, above, at_least, between, check_max_steps
+from ..registry import EXPERIMENTS, get_experiment
+from ..steps import STEP_OPTIONS, STEPS
 
-PRETRAINED_DIR = Path(__file__).parent / "pretrained"  # the shipped runs
+PRETRAINED_DIR = Path(__file__).parents[1] / "pretrained"  # the shipped runs
 
 LR_SCHEDULES = ("plateau", "constant")
 LOGGERS = ("csv", "tensorboard", "wandb")

@@ -5,7 +5,7 @@ digits rotated within ±22.5°. The run folder (:attr:`TrainConfig.run_dir`) get
 row per epoch), ``metadata.json`` (the configuration and its identity, stopping, timing, hardware,
 versions; no path of the machine) and, last, ``model.pt`` (weights only, the epoch with the best
 validation accuracy, picked by Lightning's ``ModelCheckpoint``). Each file is written whole, and one
-process at a time trains into a folder (:mod:`~pondernet_tutorial.files`). A run counts as finished
+process at a time trains into a folder (:mod:`~pondernet_tutorial.runs.files`). A run counts as finished
 only when its metadata parses and its ``model.pt`` loads (:func:`completed_run`): one that failed or
 was killed is simply trained again.
 """
@@ -26,12 +26,13 @@ import pandas as pd
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
+from ..lightning_module import ENGINE_VERSION, PonderLitModule
+from .build import make_datamodule, make_module, use_cuda_graph
 from .checkpoints import save_weights
 from .config import TrainConfig, check_same_identity
+from .cuda_graph import GraphedPonderLitModule
 from .files import check_unlocked, folder_lock, read_json, write_csv, write_json
-from .lightning_module import ENGINE_VERSION, PonderLitModule
 from .processes import end_with_parent, is_rank_zero, mark_parent
-from .registry import get_experiment, import_path
 
 # Paths of the machine that trained a run: never recorded in its metadata (results are shared).
 MACHINE_FIELDS = ("data_dir", "output_dir")
@@ -79,65 +80,6 @@ class StopOnNonFinite(Callback):
                 f"training diverged in epoch {trainer.current_epoch + 1} (non-finite {what}); no model was "
                 f"saved: lower the learning rate (lr={pl_module.hparams.get('lr')}) or clip the gradients (--grad-clip)."
             )
-
-
-def make_datamodule(config: TrainConfig, test_rotations=None, test_subset=None):
-    """The experiment's data module for a configuration."""
-    experiment = get_experiment(config.experiment)
-    cls = import_path(experiment.datamodule)
-    options = dict(experiment.data_options)
-    if test_rotations is not None:
-        options["test_rotations"] = test_rotations
-    if test_subset is not None:
-        options["test_subset"] = test_subset
-    return cls(
-        data_dir=config.data_dir,
-        batch_size=config.batch_size,
-        train_subset=config.train_subset,
-        seed=config.seed,
-        **options,
-    )
-
-
-def make_module(config: TrainConfig) -> PonderLitModule:
-    """The LightningModule a configuration describes."""
-    experiment = get_experiment(config.experiment)
-    return PonderLitModule(
-        step=config.step,
-        n_classes=experiment.n_classes,
-        method=config.method,
-        step_options=config.step_options,
-        method_options=config.method_options(),
-        lr=config.lr,
-        lr_schedule=config.lr_schedule,
-        lr_patience=config.lr_patience,
-        lr_factor=config.lr_factor,
-        grad_clip=config.grad_clip,
-        compile=config.compile,
-    )
-
-
-GRAPH_PRECISIONS_EXCLUDED = ("16-mixed", "16")  # GradScaler's step waits for the device: not capturable
-
-
-def use_cuda_graph(config: TrainConfig, trainer: L.Trainer, module: PonderLitModule) -> bool:
-    """Whether training replays each step from one CUDA graph: ``config.cuda_graph``, or by default
-    wherever it can (one CUDA device, a precision without a gradient scaler, a method whose training
-    step is capturable)."""
-    from lightning.pytorch.accelerators import CUDAAccelerator
-
-    reasons = []
-    if not isinstance(trainer.accelerator, CUDAAccelerator):
-        reasons.append("a CUDA device")
-    if trainer.num_devices != 1:
-        reasons.append("exactly one device")
-    if config.precision in GRAPH_PRECISIONS_EXCLUDED:
-        reasons.append("a precision without a gradient scaler (not 16-mixed)")
-    if not module.model.capturable:
-        reasons.append(f"a method whose training step is capturable ({config.method} is not)")
-    if config.cuda_graph and reasons:
-        raise ValueError(f"--cuda-graph needs {', '.join(reasons)}: drop it or pass --no-cuda-graph.")
-    return not reasons if config.cuda_graph is None else bool(config.cuda_graph)
 
 
 def make_logger(config: TrainConfig, save_dir: Path):
@@ -261,9 +203,9 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
     Every argument is checked (configuration, logger, data module, module, trainer) before the folder
     is made. A finished run (its metadata parses and its ``model.pt`` loads) is replaced only with
     ``overwrite``; an unfinished or damaged one is trained again (a damaged one with a warning). One
-    process at a time trains into a folder (:func:`~pondernet_tutorial.files.folder_lock`): another
-    one raises :class:`~pondernet_tutorial.files.FolderLockedError`, or with ``wait`` waits for it.
-    Every file is written whole (:mod:`~pondernet_tutorial.files`).
+    process at a time trains into a folder (:func:`~pondernet_tutorial.runs.files.folder_lock`): another
+    one raises :class:`~pondernet_tutorial.runs.files.FolderLockedError`, or with ``wait`` waits for it.
+    Every file is written whole (:mod:`~pondernet_tutorial.runs.files`).
 
     In a multi-process (DDP) run only rank 0 writes; the other ranks return ``(module, None)``.
 
@@ -280,7 +222,6 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
     L.seed_everything(config.seed, workers=True, verbose=False)  # before the weights are drawn
     datamodule = make_datamodule(config)
     datamodule.prepare_data()  # the data is there (or downloaded) before anything is written
-    module = make_module(config)
     history = History()
     checkpoint = ModelCheckpoint(
         dirpath=run_dir / "checkpoints",
@@ -306,7 +247,7 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
             f"accelerator={config.accelerator!r}, strategy={config.strategy!r} need a missing package ({error}); "
             "install it, or choose --accelerator auto/cpu/gpu."
         ) from error
-    module.use_cuda_graph(use_cuda_graph(config, trainer, module))
+    module = make_module(config, graphed=use_cuda_graph(config, trainer))
     with folder_lock(run_dir, wait=wait, doing="training it"):  # one process at a time per run folder
         if is_rank_zero():  # the other ranks of a DDP run join rank 0's training and write nothing
             if not overwrite and completed_run(run_dir, config, warn=False) is not None:
@@ -349,7 +290,7 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
             if n_train and epoch_times
             else None,
             "compiled": module.compiled,
-            "cuda_graph": module.cuda_graph,
+            "cuda_graph": isinstance(module, GraphedPonderLitModule),
             "engine": ENGINE_VERSION,
             "hardware": hardware(trainer),
             "versions": library_versions(),

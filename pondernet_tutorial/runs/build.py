@@ -1,0 +1,91 @@
+"""From a configuration to the objects Lightning trains: the data module and the LightningModule
+(plain, or with its training step replayed from one CUDA graph where that can be done)."""
+
+from __future__ import annotations
+
+import sys
+
+import lightning as L
+import torch
+
+from ..lightning_module import PonderLitModule
+from ..methods import method_class
+from ..registry import get_experiment, import_path
+from .config import TrainConfig
+from .cuda_graph import GraphedPonderLitModule
+
+
+def make_datamodule(config: TrainConfig, test_rotations=None, test_subset=None):
+    """The experiment's data module for a configuration."""
+    experiment = get_experiment(config.experiment)
+    cls = import_path(experiment.datamodule)
+    options = dict(experiment.data_options)
+    if test_rotations is not None:
+        options["test_rotations"] = test_rotations
+    if test_subset is not None:
+        options["test_subset"] = test_subset
+    return cls(
+        data_dir=config.data_dir,
+        batch_size=config.batch_size,
+        train_subset=config.train_subset,
+        seed=config.seed,
+        **options,
+    )
+
+
+def make_module(config: TrainConfig, graphed: bool = False) -> PonderLitModule:
+    """The LightningModule a configuration describes; ``graphed``: its training step replayed from one
+    CUDA graph (:class:`~pondernet_tutorial.runs.cuda_graph.GraphedPonderLitModule`)."""
+    experiment = get_experiment(config.experiment)
+    cls = GraphedPonderLitModule if graphed else PonderLitModule
+    return cls(
+        step=config.step,
+        n_classes=experiment.n_classes,
+        method=config.method,
+        step_options=config.step_options,
+        method_options=config.method_options(),
+        lr=config.lr,
+        lr_schedule=config.lr_schedule,
+        lr_patience=config.lr_patience,
+        lr_factor=config.lr_factor,
+        grad_clip=config.grad_clip,
+        compile=config.compile,
+    )
+
+
+GRAPH_PRECISIONS_EXCLUDED = ("16-mixed", "16")  # GradScaler's step waits for the device: not capturable
+
+
+def use_cuda_graph(config: TrainConfig, trainer: L.Trainer) -> bool:
+    """Whether training replays each step from one CUDA graph: ``config.cuda_graph``, or by default
+    wherever it can (one CUDA device in one process, a precision without a gradient scaler, a method
+    whose training step is capturable)."""
+    from lightning.pytorch.accelerators import CUDAAccelerator
+
+    reasons = []
+    on_cuda = isinstance(trainer.accelerator, CUDAAccelerator)
+    if not on_cuda:
+        reasons.append("a CUDA device")
+    if trainer.world_size != 1:  # devices across nodes count too: ddp with one device per node is 2
+        reasons.append("exactly one device in one process")
+    if config.precision in GRAPH_PRECISIONS_EXCLUDED:
+        reasons.append("a precision without a gradient scaler (not 16-mixed)")
+    if on_cuda and str(config.precision).startswith("bf16") and slow_bf16():
+        major, minor = torch.cuda.get_device_capability()
+        print(
+            f"warning: {torch.cuda.get_device_name()} (compute capability {major}.{minor}) has no bf16 "
+            f"tensor cores: --precision {config.precision} is slower there than 32-true; pass "
+            "--precision 32-true, or 16-mixed (without the CUDA graph).",
+            file=sys.stderr,
+        )
+    if not method_class(config.method).capturable:
+        reasons.append(f"a method whose training step is capturable ({config.method} is not)")
+    if config.cuda_graph and reasons:
+        raise ValueError(f"--cuda-graph needs {', '.join(reasons)}: drop it or pass --no-cuda-graph.")
+    return not reasons if config.cuda_graph is None else bool(config.cuda_graph)
+
+
+def slow_bf16() -> bool:
+    """bf16 runs without tensor cores of its own (and cuDNN's bf16 convolutions) on a GPU older than
+    compute capability 8.0 (Ampere): a T4, Colab's free GPU, is 7.5."""
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() < (8, 0)

@@ -1,0 +1,423 @@
+"""Command line: ``python -m pondernet_tutorial {train, evaluate, reproduce, list} --help``.
+
+A mistake in the input (a value out of range, an unknown name, a missing checkpoint or data set) prints
+one line ``error: ...`` that says what to do, and exits with status 2. The parser and ``--help`` load
+neither PyTorch nor Lightning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import fields
+
+from ..methods import METHOD_OPTIONS, METHODS
+from ..options import Option, at_least
+from ..registry import EXPERIMENTS, get_experiment
+from ..steps import STEPS
+from .config import FIELD_OPTIONS, TrainConfig, default_value
+
+# The options that reproduce shares with every run it trains (declared with reproduce=True).
+REPRODUCE_OPTIONS = tuple(name for name, option in FIELD_OPTIONS.items() if option.reproduce)
+LIMIT = Option(int, help="evaluate on the first N test samples only", check=at_least(1), optional=True)
+
+
+class UserError(Exception):
+    """A mistake in the command line's input: printed as one line, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def _value(text: str):
+    """A KEY=VALUE value: a number, a boolean or a string."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False, "none": None}.get(text.lower(), text)
+
+
+def declaration(name: str) -> tuple[Option, str]:
+    """A field's declaration and its help line: its own, or its methods' (``pondernet and act: ...``,
+    or each method's help where they differ)."""
+    if name in FIELD_OPTIONS:
+        return FIELD_OPTIONS[name], FIELD_OPTIONS[name].help
+    by_method = {method: options[name] for method, options in METHOD_OPTIONS.items() if name in options}
+    helps = {}
+    for method, option in by_method.items():
+        helps.setdefault(option.help, []).append(method)
+    kinds = {option.type for option in by_method.values()}
+    if len(kinds) > 1:  # one flag, one type
+        raise TypeError(
+            f"the methods declare {name} with different types: {', '.join(k.__name__ for k in kinds)}."
+        )
+    text = "; ".join(f"{' and '.join(methods)}: {help}" for help, methods in helps.items())
+    return next(iter(by_method.values())), text
+
+
+def _default_text(name: str, option: Option, help: str) -> str:
+    """`` [default: X]``, or the default of each task or method where they differ."""
+    if "[default:" in help or option.type is dict:
+        return ""
+    methods = [m for m in METHOD_OPTIONS if name in METHOD_OPTIONS[m]] or list(METHODS)[:1]
+    tasks = {}
+    for experiment in EXPERIMENTS.values():
+        tasks.setdefault(experiment.task, experiment.name)
+    values = {(task, m): default_value(name, e, m) for task, e in tasks.items() for m in methods}
+    if len(set(map(repr, values.values()))) == 1:
+        return f" [default: {next(iter(values.values()))}]"
+    by_task = all(len({repr(values[t, m]) for m in methods}) == 1 for t in tasks)
+    by_method = all(len({repr(values[t, m]) for t in tasks}) == 1 for m in methods)
+    if by_task:
+        parts = [f"{t}: {values[t, methods[0]]}" for t in tasks]
+    elif by_method:
+        parts = [f"{m}: {values[next(iter(tasks)), m]}" for m in methods]
+    else:
+        parts = [f"{t}/{m}: {v}" for (t, m), v in values.items()]
+    return " [default: " + "; ".join(parts) + "]"
+
+
+def _add_options(parser: argparse.ArgumentParser, names) -> None:
+    """One flag per option, with its help, type and choices from its declaration."""
+    for name in names:
+        option, help = declaration(name)
+        flag = "--" + name.replace("_", "-")
+        text = help + _default_text(name, option, help)
+        if option.type is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+        elif option.type is dict:
+            parser.add_argument(
+                "--step-option", dest=name, action="append", default=[], metavar="KEY=VALUE", help=text
+            )
+        else:
+            kind = option.type if option.type in (int, float) else str
+            choices = list(option.choices) if option.choices else None
+            parser.add_argument(flag, type=kind, default=None, choices=choices, help=text)
+
+
+def _config_values(args, names) -> dict:
+    values = {}
+    for name in names:
+        value = getattr(args, name, None)
+        if name == "step_options":
+            options = {}
+            for item in value or []:
+                key, sep, text = item.partition("=")
+                if not sep or not key:
+                    raise UserError(f"--step-option takes KEY=VALUE, got {item!r}.")
+                options[key] = _value(text)
+            value = options or None
+        if value is not None:
+            values[name] = value
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="python -m pondernet_tutorial",
+        description="Train and evaluate PonderNet, ACT and fixed-step networks on MNIST and parity, and "
+        "reproduce the book's results.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    config_names = [f.name for f in fields(TrainConfig)]
+
+    p_train = sub.add_parser(
+        "train", help="train one run", description="Train one run; see --experiment and --method."
+    )
+    _add_options(p_train, config_names)
+    p_train.add_argument(
+        "--overwrite", action="store_true", help="replace a run already in the output folder"
+    )
+
+    p_eval = sub.add_parser(
+        "evaluate",
+        help="evaluate a checkpoint on its experiment's test sets",
+        description="Evaluate a checkpoint on its experiment's test sets (MNIST: rotated test sets) and "
+        "print the per-set table.",
+    )
+    src = p_eval.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--checkpoint", help="a model.pt written by `train` (its metadata.json names the experiment)"
+    )
+    src.add_argument("--pretrained", choices=list(EXPERIMENTS), help="a shipped run of this experiment")
+    p_eval.add_argument(
+        "--experiment",
+        choices=list(EXPERIMENTS),
+        help="the checkpoint's experiment, if no metadata.json lies beside it",
+    )
+    p_eval.add_argument(
+        "--method",
+        choices=list(METHODS),
+        default="pondernet",
+        help="with --pretrained: the method [pondernet]",
+    )
+    p_eval.add_argument("--seed", type=int, default=0, help="with --pretrained: the seed [0]")
+    p_eval.add_argument(
+        "--angles",
+        type=float,
+        nargs="*",
+        default=None,
+        help="MNIST: exact angles in degrees, counter-clockwise positive [-180 -165 ... 180]",
+    )
+    p_eval.add_argument(
+        "--uniform",
+        type=float,
+        nargs="*",
+        default=None,
+        help="MNIST: half-ranges ±θ of uniform rotation [22.5 45 67.5 90]",
+    )
+    p_eval.add_argument("--limit", type=int, default=None, help=LIMIT.help)
+    p_eval.add_argument("--data-dir", default=None, help=FIELD_OPTIONS["data_dir"].help)
+    p_eval.add_argument(
+        "--output", default=None, help="write the per-sample table to this CSV file (its folder must exist)"
+    )
+    p_eval.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="let the checkpoint name step functions and losses by import path (code that is imported and "
+        "run): only for files you trust [off: registered components only]",
+    )
+
+    from .studies import STUDIES
+
+    p_rep = sub.add_parser(
+        "reproduce",
+        help="train and evaluate the runs behind the book",
+        description="Train (unless trained) and evaluate (unless evaluated) every run of the chosen "
+        "studies, and write their tables. Studies: "
+        + "; ".join(f"{s.name} ({s.description})" for s in STUDIES.values()),
+    )
+    p_rep.add_argument(
+        "--study",
+        nargs="+",
+        default=["mnist-reference"],
+        choices=[*STUDIES, "all"],
+        help="studies to reproduce [mnist-reference]",
+    )
+    p_rep.add_argument(
+        "--output-dir",
+        default="results/reproduce",
+        help="results folder [results/reproduce]; never the shipped one unless --ship",
+    )
+    p_rep.add_argument("--quick", action="store_true", help=FIELD_OPTIONS["quick"].help)
+    p_rep.add_argument("--jobs", type=int, default=1, help="runs trained at once, in separate processes [1]")
+    p_rep.add_argument("--overwrite", action="store_true", help="retrain runs that are already trained")
+    p_rep.add_argument(
+        "--reevaluate", action="store_true", help="evaluate runs again even where their tables are up to date"
+    )
+    p_rep.add_argument("--ship", action="store_true", help="write into the package's pretrained/ folder")
+    _add_options(p_rep, REPRODUCE_OPTIONS)
+
+    sub.add_parser("list", help="list experiments, methods, step functions, studies and shipped runs")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code = _run(args)
+        sys.stdout.flush()  # a reader that stopped early (| head) shows here, inside the try
+        return code
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # the reader of the output went away: no traceback, as Python's docs advise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _user_errors():
+    """The exception types that mean a mistake in the input (imported only when a command runs)."""
+    from ..data.mnist import MNISTDamagedError, MNISTNotFoundError
+    from .checkpoints import CheckpointError
+    from .config import ConfigMismatchError
+    from .training import MissingPackageError, TrainingDivergedError
+
+    try:  # Lightning's error for a bad --accelerator, --devices or --strategy
+        from lightning.fabric.utilities.exceptions import MisconfigurationException
+    except ImportError:  # pragma: no cover - Lightning moved it
+        MisconfigurationException = UserError
+    return (
+        CheckpointError,
+        ConfigMismatchError,
+        MNISTDamagedError,
+        MNISTNotFoundError,
+        FileExistsError,
+        MissingPackageError,
+        MisconfigurationException,
+        TrainingDivergedError,
+    )
+
+
+def _config(values: dict) -> TrainConfig:
+    try:
+        return TrainConfig(**values)
+    except (ValueError, TypeError) as error:
+        raise UserError(str(error)) from error
+
+
+def _checked(check, *args):
+    """``check(*args)``, its ``ValueError`` turned into a user error."""
+    try:
+        return check(*args)
+    except ValueError as error:
+        raise UserError(str(error)) from error
+
+
+def _run(args) -> int:
+    if args.command == "list":
+        return _list()
+    from .config import PRETRAINED_DIR, check_writable_folder
+
+    # The configuration and the output folder are checked first: a mistake there costs no PyTorch import.
+    if args.command == "train":
+        config = _config(_config_values(args, [f.name for f in fields(TrainConfig)]))
+        _checked(check_writable_folder, config.output_dir)
+    elif args.command == "reproduce":
+        if args.jobs < 1:
+            raise UserError(f"--jobs must be >= 1, got {args.jobs}.")
+        if args.ship and args.quick:
+            raise UserError("quick runs are never shipped as pretrained results: drop --quick or --ship.")
+        given = _config_values(args, REPRODUCE_OPTIONS)
+        checked = _config({"quick": args.quick, **given})  # the shared options, before any training
+        common = {name: getattr(checked, name) for name in given}  # as checked (devices "2" -> 2)
+        _checked(check_writable_folder, PRETRAINED_DIR if args.ship else args.output_dir)
+    errors = _user_errors()
+    try:
+        if args.command == "train":
+            from .training import train
+
+            _, metadata = train(config, overwrite=args.overwrite)
+            if metadata is not None:  # None on the other ranks of a multi-process run: rank 0 reports
+                print(
+                    f"best val accuracy {metadata['best_val_acc']:.4f} (epoch {metadata['best_epoch'] + 1}, "
+                    f"stopped by {metadata['stopped_by']}), {metadata['wall_time_s']} s -> {config.run_dir}"
+                )
+        elif args.command == "evaluate":
+            _evaluate(args)
+        elif args.command == "reproduce":
+            from .studies import STUDIES, reproduce
+
+            studies = list(STUDIES) if "all" in args.study else args.study
+            reproduce(
+                studies,
+                args.output_dir,
+                args.quick,
+                args.jobs,
+                args.overwrite,
+                args.reevaluate,
+                args.ship,
+                **common,
+            )
+    except errors as error:
+        raise UserError(str(error)) from error
+    return 0
+
+
+def _evaluate(args) -> None:
+    from pathlib import Path
+
+    from .config import check_model_fits, check_writable_file
+
+    # the request is checked before any model or data is loaded
+    limit = _checked(LIMIT.validate, "--limit", args.limit)
+    if args.output:
+        _checked(check_writable_file, args.output)
+    if args.pretrained:
+        experiment_name = args.pretrained
+    else:
+        recorded = _recorded_experiment(Path(args.checkpoint))
+        experiment_name = args.experiment or recorded
+        if experiment_name is None:
+            raise UserError(
+                f"no readable metadata.json beside {args.checkpoint}: say which experiment it is with --experiment."
+            )
+        if recorded in EXPERIMENTS and EXPERIMENTS[recorded].task != EXPERIMENTS[experiment_name].task:
+            raise UserError(
+                f"{args.checkpoint} is a run of {recorded}, another task than {experiment_name}'s: "
+                f"evaluate it with --experiment {recorded} (or another experiment of its task)."
+            )
+    experiment = _checked(get_experiment, experiment_name)
+    rotations = None
+    if args.angles is not None or args.uniform is not None:
+        if experiment.task != "mnist":
+            raise UserError("--angles and --uniform apply to the MNIST experiments only.")
+        from ..data.mnist import EXACT_ANGLES, REFERENCE_ANGLES, rotation_sweep
+
+        angles = EXACT_ANGLES if args.angles is None else tuple(args.angles)
+        uniform = REFERENCE_ANGLES if args.uniform is None else tuple(args.uniform)
+        rotations = _checked(rotation_sweep, angles, uniform)
+
+    from .checkpoints import load_model, load_pretrained
+    from .config import PRETRAINED_DIR
+    from .evaluation import evaluate, summarize
+    from .training import make_datamodule
+
+    if args.pretrained:
+        config = _config(
+            {
+                "experiment": args.pretrained,
+                "method": args.method,
+                "seed": args.seed,
+                "output_dir": str(PRETRAINED_DIR),
+            }
+        )
+        module = load_pretrained(config.experiment, config.method, config.seed, trust_code=args.trust_code)
+    else:
+        config = _config({"experiment": experiment_name})
+        module = load_model(args.checkpoint, trust_code=args.trust_code)
+        hparams = module.hparams
+        _checked(
+            check_model_fits, experiment_name, hparams["n_classes"], hparams["step_options"], args.checkpoint
+        )
+    if args.data_dir:
+        config.data_dir = args.data_dir
+    datamodule = make_datamodule(
+        config, test_rotations=rotations or experiment.evaluation.get("sweep"), test_subset=limit
+    )
+    per_sample, _ = evaluate(module, datamodule.evaluation_sets())
+    table = summarize(per_sample, experiment.group_by)
+    columns = [*experiment.group_by, "accuracy", "halt_step", "expected_steps", "n"]
+    print(table[columns].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    if args.output:
+        per_sample.to_csv(args.output, index=False)
+
+
+def _recorded_experiment(checkpoint) -> str | None:
+    """The experiment that the metadata.json beside a checkpoint records, if it is there and readable."""
+    meta = checkpoint.with_name("metadata.json")
+    try:
+        return json.loads(meta.read_text())["config"]["experiment"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _list() -> int:
+    from .config import PRETRAINED_DIR
+    from .studies import STUDIES
+
+    print("experiments:")
+    for e in EXPERIMENTS.values():
+        print(f"  {e.name}: {e.description}")
+    print("methods: " + ", ".join(METHODS))
+    print("step functions: " + ", ".join(STEPS))
+    print("studies:")
+    for s in STUDIES.values():
+        print(f"  {s.name}: {s.description}")
+    shipped = sorted(
+        p.parent.parent.relative_to(PRETRAINED_DIR) for p in PRETRAINED_DIR.glob("*/*/seed*/model.pt")
+    )
+    print("shipped runs with weights:")
+    for run in dict.fromkeys(shipped):
+        print(f"  {run}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

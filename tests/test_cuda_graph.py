@@ -1,0 +1,283 @@
+"""The CUDA-graph path, tested without a GPU: a stand-in graph on the CPU.
+
+A CUDA graph records the kernels of one training step once and replays them on the same memory: the
+static batch, the parameters and their gradients, the optimiser's state and its learning-rate tensor.
+:class:`StandInGraphs` does the same with a closure: capture records the step without applying it,
+and each replay runs it again on the captured tensors, writing its outputs and gradients into the
+memory seen at capture and reading the learning rates captured then. So it fails where a real graph
+would train wrongly: a batch not copied into the static tensors, a graph kept from an earlier ``fit``
+(an old optimiser), a learning-rate cut that a schedule wrote into a new object instead of the
+captured tensor.
+
+Deliberate breaks these tests catch (each was tried):
+- ``GraphedStep.__call__`` without the static copy of the batch: test_graphed_training_equals_eager;
+- ``GraphedPonderLitModule.on_fit_start`` not releasing the graph: test_a_second_fit_captures_again;
+- ``GraphedStep.sync_learning_rates`` doing nothing: test_a_learning_rate_cut_reaches_the_graph;
+- the eager step after capture setting the gradients to None:
+  test_a_batch_of_another_shape_is_stepped_eagerly_into_the_captured_gradients;
+- ``on_fit_end`` not releasing the graph: test_the_trained_module_copies_and_pickles.
+"""
+
+import copy
+import importlib
+import pickle
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from pondernet_tutorial import PonderLitModule
+from pondernet_tutorial.runs.cuda_graph import GraphedPonderLitModule, GraphedStep
+
+
+class StandInGraph:
+    """What a captured CUDA graph does, on the CPU: replay the recorded step on the captured memory."""
+
+    def __init__(self, owner, step, out, optimizer, parameters):
+        self.owner, self.step, self.out, self.optimizer = owner, step, out, optimizer
+        self.parameters = list(parameters)
+        self.grads = [p.grad for p in self.parameters]  # the memory the recorded backward writes
+        self.lrs = [group["lr"] for group in optimizer.param_groups]  # the tensors the update reads
+
+    def replay(self):
+        self.owner.replays += 1
+        visible = [p.grad for p in self.parameters]
+        live = [group["lr"] for group in self.optimizer.param_groups]
+        for group, lr in zip(self.optimizer.param_groups, self.lrs):
+            group["lr"] = lr
+        for p in self.parameters:
+            p.grad = None
+        out = self.step()
+        for p, captured in zip(self.parameters, self.grads):
+            if captured is not None and p.grad is not None:
+                captured.copy_(p.grad)
+        for p, grad in zip(self.parameters, visible):  # a graph never re-points .grad
+            p.grad = grad
+        for group, lr in zip(self.optimizer.param_groups, live):
+            group["lr"] = lr
+        for name, value in out.items():
+            self.out[name].copy_(value)
+
+
+class StandInGraphs:
+    """The stand-in for :class:`~pondernet_tutorial.runs.cuda_graph.CudaGraphs`."""
+
+    def __init__(self, fail_capture=False):
+        self.fail_capture, self.warm_ups, self.captures, self.replays = fail_capture, 0, 0, 0
+
+    def warm_up(self, step):
+        self.warm_ups += 1
+        return step()
+
+    def capture(self, step, optimizer=None, parameters=()):
+        """Record without applying: the step runs once for its outputs' shapes, and every tensor it
+        changed (parameters, optimiser state) is put back, as a capture changes nothing."""
+        if self.fail_capture:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        parameters = list(parameters)
+        saved = [p.detach().clone() for p in parameters]
+        state = {p: {k: v.clone() for k, v in s.items()} for p, s in optimizer.state.items()}
+        out = {name: value.clone() for name, value in step().items()}
+        with torch.no_grad():  # put back, in place: the step's tensors keep their memory
+            for p, s in zip(parameters, saved):
+                p.copy_(s)
+            for p in list(optimizer.state):
+                if p not in state:
+                    del optimizer.state[p]
+                for k, v in state.get(p, {}).items():
+                    optimizer.state[p][k].copy_(v)
+        self.captures += 1
+        return StandInGraph(self, step, out, optimizer, parameters), out
+
+    def synchronize(self):
+        pass
+
+
+@pytest.fixture(autouse=True)
+def capturable_adam_on_the_cpu(monkeypatch):
+    """Adam(capturable=True) refuses the CPU; its update is the same arithmetic there."""
+    monkeypatch.setattr(
+        importlib.import_module("torch.optim.adam"),
+        "_get_capturable_supported_devices",
+        lambda *a, **k: ["cpu"],
+    )
+
+
+def parity(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-1, 2, (n, 8), generator=g).float()
+    return x, (x == 1).sum(-1).remainder(2)
+
+
+METHODS = {
+    "pondernet": {"max_steps": 5, "lambda_p": 0.3},
+    "act": {"max_steps": 5, "tau": 0.01, "halting_bias": -1.0, "eval_max_steps": 8},
+}
+
+
+def module(graphed, graphs=None, seed=0, method="pondernet", **options):
+    torch.manual_seed(seed)
+    cls = GraphedPonderLitModule if graphed else PonderLitModule
+    extra = {"graphs": graphs} if graphed else {}
+    return cls(
+        "parity_gru",
+        2,
+        step_options={"n_elements": 8, "hidden_size": 16},
+        method=method,
+        method_options=METHODS[method],
+        grad_clip=0.05,
+        lr=0.01,
+        lr_patience=0,
+        lr_factor=0.5,
+        **extra,
+        **options,
+    )
+
+
+class LastGradients(L.Callback):
+    """The gradients that ``.grad`` shows after each training batch (Lightning lets them go at the end)."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.grads = [None if p.grad is None else p.grad.clone() for p in pl_module.parameters()]
+
+
+def fit(m, epochs=3, n=512, drop_last=True, sizes=None, callbacks=()):
+    x, y = parity(n, 5)
+    vx, vy = parity(128, 6)
+    train = DataLoader(TensorDataset(x, y), batch_size=64, drop_last=drop_last)
+    if sizes is not None:  # batches of these sizes, in this order
+        ends = torch.tensor(sizes).cumsum(0).tolist()
+        train = DataLoader(
+            [(x[end - size : end], y[end - size : end]) for size, end in zip(sizes, ends)], batch_size=None
+        )
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=epochs,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        callbacks=list(callbacks),
+    )
+    trainer.fit(m, train, DataLoader(TensorDataset(vx, vy), batch_size=64))
+    return trainer
+
+
+def assert_same_weights(a, b):
+    for (name, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0, msg=name)
+
+
+def test_graphed_training_equals_eager():
+    """Warm-up, capture and replays give, bit for bit, the weights of the same manual step run eagerly
+    (capturable Adam with a tensor learning rate, clipping, the plateau schedule)."""
+    graphs = StandInGraphs()
+    eager, graphed = module(True), module(True, graphs)
+    runs = [fit(eager), fit(graphed)]
+    assert graphs.warm_ups == 3 and graphs.captures == 1 and graphs.replays == 24 - 3
+    assert_same_weights(eager, graphed)
+    lrs = [float(r.optimizers[0].param_groups[0]["lr"]) for r in runs]
+    assert lrs[0] == lrs[1] < 0.01  # the schedule cut the rate, in both
+    for name in ("train/loss", "train/acc", "val/acc"):
+        torch.testing.assert_close(runs[0].callback_metrics[name], runs[1].callback_metrics[name])
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_graphed_training_matches_lightnings_automatic_optimisation(method):
+    """The manual step (capturable Adam, tensor learning rate, the schedule stepped by hand) trains as
+    the plain module does under Lightning's automatic optimisation."""
+    automatic, graphed = module(False, method=method), module(True, StandInGraphs(), method=method)
+    runs = [fit(automatic), fit(graphed)]
+    for (name, a), (_, b) in zip(automatic.named_parameters(), graphed.named_parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=name)  # capturable Adam rounds apart
+    assert runs[0].global_step == runs[1].global_step == 24
+    lrs = [float(r.optimizers[0].param_groups[0]["lr"]) for r in runs]
+    assert lrs[1] == pytest.approx(lrs[0]) and lrs[0] < 0.01  # the same cut (a float32 tensor in one)
+
+
+def test_a_second_fit_captures_again():
+    """A second ``fit`` has a new optimiser, learning-rate tensor and schedule: the graph of the first
+    one must not be replayed (it would step the old optimiser on memory that may be gone)."""
+    graphs = StandInGraphs()
+    eager, graphed = module(True), module(True, graphs)
+    for m in (eager, graphed):
+        fit(m, epochs=2)
+        fit(m, epochs=2)
+    assert graphs.captures == 2
+    assert_same_weights(eager, graphed)
+
+
+def test_a_learning_rate_cut_reaches_the_graph(monkeypatch):
+    """Older PyTorch's ReduceLROnPlateau sets a new float instead of writing into the tensor: the cut
+    must still reach the tensor that the captured update reads."""
+
+    def older_update(group, key, value):
+        group[key] = float(value)
+
+    monkeypatch.setattr(torch.optim.lr_scheduler, "_update_param_group_val", older_update)
+    eager, graphed = module(True), module(True, StandInGraphs())
+    fit(eager, epochs=4)
+    trainer = fit(graphed, epochs=4)
+    for (name, p), (_, q) in zip(eager.named_parameters(), graphed.named_parameters()):
+        # eager Adam reads the float, the graph the tensor: the same rate, rounded apart
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5, msg=name)
+    assert float(trainer.optimizers[0].param_groups[0]["lr"]) < 0.01
+
+
+def test_a_failed_capture_goes_on_eagerly_with_one_warning():
+    eager, graphed = module(True), module(True, StandInGraphs(fail_capture=True))
+    fit(eager)
+    with pytest.warns(RuntimeWarning, match="CUDA graph capture failed"):
+        fit(graphed)
+    assert_same_weights(eager, graphed)
+
+
+def test_a_batch_of_another_shape_is_stepped_eagerly_into_the_captured_gradients():
+    """A batch of another shape after the capture is stepped eagerly, with a warning, into the
+    gradients' captured memory: the weights are those of eager training, and ``.grad`` after the
+    replays that follow is the last step's, not the eager step's."""
+    sizes = [64] * 5 + [32] + [64] * 3
+    graphs = StandInGraphs()
+    eager, graphed = module(True), module(True, graphs)
+    seen = [LastGradients(), LastGradients()]
+    fit(eager, epochs=1, n=sum(sizes), sizes=sizes, callbacks=[seen[0]])
+    with pytest.warns(RuntimeWarning, match="another shape"):
+        fit(graphed, epochs=1, n=sum(sizes), sizes=sizes, callbacks=[seen[1]])
+    assert graphs.replays == 5
+    assert_same_weights(eager, graphed)
+    assert all(g is not None for g in seen[0].grads)
+    for a, b in zip(seen[0].grads, seen[1].grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_the_trained_module_copies_and_pickles():
+    """After ``fit`` the graph and its memory are let go: the module can be copied and pickled."""
+    graphed = module(True, StandInGraphs())
+    fit(graphed, epochs=1)
+    assert graphed._graphed is None
+    copy.deepcopy(graphed)
+    pickle.dumps(graphed)
+
+
+def test_the_step_without_a_device_runs_eagerly():
+    """Without CUDA and without a stand-in, the graphed module's step is the same computation, eager."""
+    graphed = module(True)
+    fit(graphed, epochs=1)
+    assert graphed.automatic_optimization is False
+
+
+def test_a_step_returns_the_capture_batchs_values_at_its_replay():
+    """The first replay is the capture's batch: its loss is returned, not the capture's placeholder."""
+    params = [torch.nn.Parameter(torch.tensor([1.0, 2.0]))]
+    optimizer = torch.optim.Adam(params, lr=torch.tensor(0.1), capturable=True, foreach=True)
+    step = GraphedStep(
+        lambda x, y: {"loss": ((params[0] * x).sum() - y) ** 2},
+        params,
+        optimizer,
+        warmup=0,
+        graphs=StandInGraphs(),
+    )
+    out = step(torch.tensor([1.0, 1.0]), torch.tensor(0.0))
+    assert float(out["loss"]) == 9.0 and float(params[0][0]) < 1.0
