@@ -194,7 +194,7 @@ def test_graphed_training_matches_lightnings_automatic_optimisation(method):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=name)  # capturable Adam rounds apart
     assert runs[0].global_step == runs[1].global_step == 24
     lrs = [float(r.optimizers[0].param_groups[0]["lr"]) for r in runs]
-    assert lrs[1] == pytest.approx(lrs[0]) and lrs[0] < 0.01  # the same cut (a float32 tensor in one)
+    assert lrs[1] == pytest.approx(lrs[0])  # the same schedule (a float32 tensor in one)
 
 
 def test_a_second_fit_captures_again():
