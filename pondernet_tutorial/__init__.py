@@ -42,6 +42,7 @@ _EXPORTS = {
     "ReconstructionLoss": "losses",
     "RegularizationLoss": "losses",
     "PonderLitModule": "lightning_module",
+    "fit": "fit",
     "MNISTDataModule": "data.mnist",
     "ParityDataModule": "data.parity",
     "TrainConfig": "runs.config",

@@ -19,9 +19,9 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-MNIST_DATA = "pondernet_tutorial.data.mnist:MNISTDataModule"
-PARITY_DATA = "pondernet_tutorial.data.parity:ParityDataModule"
-POINTER_DATA = "pondernet_tutorial.data.pointer:PointerDataModule"
+MNIST_DATA = "pondernet_tutorial.data.modules:MNISTDataModule"
+PARITY_DATA = "pondernet_tutorial.data.modules:ParityDataModule"
+POINTER_DATA = "pondernet_tutorial.data.modules:PointerDataModule"
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from pondernet_tutorial.data.mnist import (
     rotated_test_set,
     uniform_angles,
 )
-from pondernet_tutorial.data.parity import ParityDataModule, parity_batch
+from pondernet_tutorial.data.modules import ParityDataModule
+from pondernet_tutorial.data.parity import parity_batch
 
 
 def test_rotate_90_degrees_matches_rot90():

@@ -81,7 +81,7 @@ def test_fit_without_validation():
 
 
 def test_named_test_sets_and_predict(tmp_path):
-    from pondernet_tutorial.data.parity import ParityDataModule
+    from pondernet_tutorial.data.modules import ParityDataModule
 
     dm = ParityDataModule(n_elements=8, train_k=(1, 4), test_k=(5, 8), test_per_k=16, batch_size=32)
     m = module()

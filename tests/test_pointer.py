@@ -16,7 +16,8 @@ import pytest
 import torch
 from torch import nn
 
-from pondernet_tutorial.data.pointer import END_PROB, PointerDataModule, pointer_batch
+from pondernet_tutorial.data.modules import PointerDataModule
+from pondernet_tutorial.data.pointer import END_PROB, pointer_batch
 from pondernet_tutorial.methods.pondernet import PonderNet
 from pondernet_tutorial.runs.config import TrainConfig
 from pondernet_tutorial.runs.evaluation import evaluate_run

@@ -9,11 +9,9 @@ can then never change the data a run trains on.
 
 from __future__ import annotations
 
-import functools
 import zlib
 from dataclasses import dataclass, field
 
-import lightning as L
 import torch
 from torch import Tensor
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
@@ -125,106 +123,3 @@ def check_k_range(k_range, size: int, name: str, size_name: str = "size") -> tup
     if not 1 <= k_min <= k_max <= size:
         raise ValueError(f"{name} must satisfy 1 <= k_min <= k_max <= {size_name}={size}, got {k_range}.")
     return k_min, k_max
-
-
-class GeneratedDataModule(L.LightningDataModule):
-    """A task generated on the fly whose samples have a difficulty ``k`` (parity's non-zero entries,
-    the pointer walk's length): fresh training batches from the run's own generator, a fixed validation
-    set over the training range of ``k``, and fixed test sets of ``test_per_k`` samples for every ``k``
-    of their ranges, with ``k`` in the evaluation tables. The fixed sets have seeds of their own (plus
-    ``size``), independent of the run's seed.
-
-    Subclasses give :meth:`draw` and the seeds; their constructor checks the task's own options and
-    calls this one.
-
-    Args:
-        size: the length of a sample (the largest ``k``).
-        train_k: ``(k_min, k_max)`` of the training and validation samples.
-        test_sets: the test sets' names and ``k`` ranges, in order.
-        batch_size: batch size of every loader.
-        train_subset: training samples per epoch (an "epoch" is a fixed number of fresh batches);
-            when given (quick runs), the validation set shrinks to half of it.
-        val_size: validation samples.
-        test_per_k: test samples for every ``k`` of each test set.
-        test_subset: use only the first so many test samples of every ``k`` (quick runs).
-        seed: the run's seed, which seeds the training batches' generator.
-    """
-
-    stream = "batches"  # the name of the training data's random stream (data_generator)
-    val_seed, test_seeds = 0, {}  # seeds of the fixed sets, by name
-
-    def __init__(
-        self,
-        size: int,
-        train_k: tuple[int, int],
-        test_sets: dict,
-        batch_size: int = 128,
-        train_subset: int | None = None,
-        val_size: int = 8192,
-        test_per_k: int = 1000,
-        test_subset: int | None = None,
-        seed: int = 0,
-    ):
-        super().__init__()
-        self.size, self.train_k, self.test_sets_k = int(size), train_k, dict(test_sets)
-        self.batch_size = check_batch_size(batch_size)
-        samples = train_subset or 128_000  # an epoch: 1,000 batches of 128
-        self.batches_per_epoch = max(1, samples // self.batch_size)
-        if train_subset:  # quick runs: a validation set in proportion
-            val_size = min(val_size, max(train_subset // 2, self.batch_size))
-        self.val_size, self.test_per_k, self.test_subset = val_size, test_per_k, test_subset
-        self.seed = int(seed)
-
-    def draw(self, batch: int, k_range: tuple[int, int], generator: torch.Generator | None = None):
-        """``batch`` samples with ``k`` in ``k_range``: ``(inputs, labels, k)``."""
-        raise NotImplementedError
-
-    @property
-    def test_set_names(self) -> list[str]:
-        return list(self.test_sets_k)
-
-    @property
-    def train_size(self) -> int:
-        """Training samples per epoch."""
-        return self.batches_per_epoch * self.batch_size
-
-    def _per_k(self, name: str) -> tuple[Tensor, Tensor, Tensor]:
-        """``test_per_k`` samples for every ``k`` of a test set's range (the first ``test_subset`` of
-        each), from one generator of the set's own, ``k`` after ``k``."""
-        generator = torch.Generator().manual_seed(self.test_seeds[name] + self.size)
-        k_min, k_max = self.test_sets_k[name]
-        parts = [self.draw(self.test_per_k, (k, k), generator) for k in range(k_min, k_max + 1)]
-        if self.test_subset:
-            parts = [tuple(t[: self.test_subset] for t in part) for part in parts]
-        return tuple(torch.cat(t) for t in zip(*parts))
-
-    def setup(self, stage: str | None = None) -> None:
-        if stage in (None, "fit", "validate") and not hasattr(self, "val_inputs"):
-            generator = torch.Generator().manual_seed(self.val_seed + self.size)
-            self.val_inputs, self.val_labels, _ = self.draw(self.val_size, self.train_k, generator)
-        if stage in (None, "test", "predict") and not hasattr(self, "test_sets"):
-            self.test_sets = {name: self._per_k(name) for name in self.test_sets_k}
-
-    def train_dataloader(self) -> DataLoader:
-        draw = functools.partial(self.draw, k_range=self.train_k)
-        return fresh_loader(draw, self.batch_size, self.batches_per_epoch, self.seed, self.stream)
-
-    def val_dataloader(self) -> DataLoader:
-        return batch_loader(self.val_inputs, self.val_labels, self.batch_size, shuffle=False)
-
-    def test_dataloader(self) -> list[DataLoader]:
-        return [
-            batch_loader(inputs, labels, self.batch_size, shuffle=False)
-            for inputs, labels, _ in self.test_sets.values()
-        ]
-
-    def predict_dataloader(self) -> list[DataLoader]:
-        return self.test_dataloader()
-
-    def evaluation_sets(self) -> list[EvalSet]:
-        """The test sets, with each sample's difficulty ``k``."""
-        self.setup("test")
-        return [
-            EvalSet(name, inputs, labels, per_sample={"k": k})
-            for name, (inputs, labels, k) in self.test_sets.items()
-        ]

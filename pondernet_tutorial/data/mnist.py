@@ -20,13 +20,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.data import DataLoader
 
-from .base import EvalSet, TensorBatches, batch_loader, check_batch_size, data_generator
+from .base import TensorBatches
 
 DATA_DIR_VARIABLE = "PONDERNET_DATA_DIR"
 DEFAULT_DATA_DIR = Path.home() / ".cache" / "pondernet_tutorial"
@@ -245,118 +243,6 @@ def rotated_test_set(images: Tensor, spec: RotationSpec, seed: int = 0, batch_si
     generator = torch.Generator().manual_seed(seed)
     floats = images.float() / 255.0 if not images.is_floating_point() else images
     return torch.cat([spec.apply(chunk, generator) for chunk in floats.split(batch_size)])
-
-
-class MNISTDataModule(L.LightningDataModule):
-    """MNIST with a fixed 55,000 / 5,000 train/val split, optional rotations.
-
-    Args:
-        data_dir: where MNIST lives (default: ``$PONDERNET_DATA_DIR``, else a user cache folder).
-        batch_size: batch size of every loader.
-        train_rotation: rotate training (and validation) digits uniformly in ±``train_rotation``
-            degrees; 0 for plain MNIST. Training batches get fresh angles every epoch, drawn on the
-            device after transfer; the validation set is rotated once with a fixed seed.
-        test_rotations: one test set per entry: a :class:`RotationSpec`, or a number for an exact
-            angle (positive: counter-clockwise); or the name of a sweep in :data:`SWEEPS`. Default:
-            the unrotated test set.
-        train_subset, test_subset: use only the first so many training / test images (quick runs).
-        seed: the run's seed, which seeds the generators of the training order and rotations.
-    """
-
-    def __init__(
-        self,
-        data_dir: str | None = None,
-        batch_size: int = 128,
-        train_rotation: float = 0.0,
-        test_rotations: list | None = None,
-        train_subset: int | None = None,
-        test_subset: int | None = None,
-        seed: int = 0,
-    ):
-        super().__init__()
-        self.seed = int(seed)
-        self.batch_size = check_batch_size(batch_size)
-        if not 0 <= train_rotation < math.inf:
-            raise ValueError(
-                f"train_rotation is a half-range in degrees and must be finite and >= 0, got {train_rotation}."
-            )
-        self.data_dir = data_dir
-        self.train_rotation = float(train_rotation)
-        if isinstance(test_rotations, str):
-            if test_rotations not in SWEEPS:
-                raise ValueError(f"unknown sweep {test_rotations!r}; choose one of {', '.join(SWEEPS)}.")
-            test_rotations = SWEEPS[test_rotations]
-        specs = test_rotations if test_rotations is not None else [RotationSpec(0.0)]
-        self.test_specs = [s if isinstance(s, RotationSpec) else RotationSpec(float(s)) for s in specs]
-        self.train_subset, self.test_subset = train_subset, test_subset
-        self.save_hyperparameters(ignore=["data_dir"])
-
-    @property
-    def test_set_names(self) -> list[str]:
-        """Names of the test sets, in the order of the test dataloaders (e.g. ``rot45``, ``rot_pm45``)."""
-        return [spec.name for spec in self.test_specs]
-
-    @property
-    def train_size(self) -> int:
-        """Training images per epoch."""
-        return len(self.train_labels)
-
-    def prepare_data(self) -> None:
-        download_mnist(self.data_dir)  # once, on one process; setup() only reads
-
-    def setup(self, stage: str | None = None) -> None:
-        if stage in (None, "fit", "validate") and not hasattr(self, "train_images"):
-            images, labels = load_mnist(train=True, data_dir=self.data_dir)
-            order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(SPLIT_SEED))
-            train_idx, val_idx = order[:TRAIN_SIZE], order[TRAIN_SIZE:]
-            if self.train_subset:
-                train_idx = train_idx[: self.train_subset]
-                val_idx = val_idx[: max(self.train_subset // 10, self.batch_size)]
-            self.train_images, self.train_labels = images[train_idx], labels[train_idx]
-            val_images = images[val_idx].float() / 255.0
-            if self.train_rotation:
-                val_images = rotated_test_set(val_images, RotationSpec(self.train_rotation, "uniform"))
-            self.val_images, self.val_labels = val_images, labels[val_idx]
-        if stage in (None, "test", "predict") and not hasattr(self, "test_sets"):
-            images, labels = load_mnist(train=False, data_dir=self.data_dir)
-            if self.test_subset:
-                images, labels = images[: self.test_subset], labels[: self.test_subset]
-            self.test_labels = labels
-            self.test_sets = [rotated_test_set(images, spec) for spec in self.test_specs]
-
-    def train_dataloader(self) -> DataLoader:
-        order = data_generator(self.seed, "order")
-        if not self.train_rotation:
-            return batch_loader(self.train_images, self.train_labels, self.batch_size, True, order)
-        dataset = RotatedBatches(
-            self.train_images, self.train_labels, self.train_rotation, data_generator(self.seed, "rotations")
-        )
-        return batch_loader(self.train_images, self.train_labels, self.batch_size, True, order, dataset)
-
-    def val_dataloader(self) -> DataLoader:
-        return batch_loader(self.val_images, self.val_labels, self.batch_size, shuffle=False)
-
-    def test_dataloader(self) -> list[DataLoader]:
-        return [batch_loader(x, self.test_labels, self.batch_size, shuffle=False) for x in self.test_sets]
-
-    def predict_dataloader(self) -> list[DataLoader]:
-        return self.test_dataloader()
-
-    def evaluation_sets(self) -> list[EvalSet]:
-        """The rotated test sets for :func:`~pondernet_tutorial.runs.evaluation.evaluate`."""
-        self.setup("test")
-        return [
-            EvalSet(spec.name, images, self.test_labels, {"mode": spec.mode, "degrees": spec.degrees})
-            for spec, images in zip(self.test_specs, self.test_sets)
-        ]
-
-    def on_after_batch_transfer(self, batch, dataloader_idx: int):
-        """Rotate training batches by their angles (drawn with the batch, see :class:`RotatedBatches`),
-        on the device."""
-        if len(batch) == 3:
-            images, labels, angles = batch
-            return rotate(images, angles), labels
-        return batch
 
 
 class RotatedBatches(TensorBatches):

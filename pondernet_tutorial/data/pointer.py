@@ -24,8 +24,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import GeneratedDataModule, check_k_range
-
 VAL_SEED, TEST_SEED, BEYOND_SEED = 2_100, 3_100, 4_100
 END_PROB = 0.25  # a distractor chain's mean length: 4 slots
 
@@ -66,53 +64,3 @@ def pointer_batch(
     arrows = torch.empty_like(order).scatter_(1, order, target)  # arrows[o_j] = target_j
     y = order.gather(1, (k - 1)[:, None]).squeeze(1)  # o_k, the exit of the walk from slot 0
     return arrows.float(), y, k
-
-
-class PointerDataModule(GeneratedDataModule):
-    """Pointer-chasing samples for training, validation and per-``k`` test sets: ``test`` (the
-    training range, or ``test_k``) and, given ``beyond_k``, ``beyond`` (longer walks than in training).
-    See :class:`~pondernet_tutorial.data.base.GeneratedDataModule`.
-
-    Args:
-        n_slots: slots per sample (also the number of classes: the answer is a slot).
-        train_k: ``(k_min, k_max)`` of the training and validation walks.
-        test_k: ``(k_min, k_max)`` of the test set ``test`` (default: ``train_k``).
-        beyond_k: ``(k_min, k_max)`` of the test set ``beyond``, or None for none.
-        end_prob: the probability that a slot ends a distractor chain.
-        batch_size, train_subset, val_size, test_per_k, test_subset, seed: as for
-            :class:`~pondernet_tutorial.data.base.GeneratedDataModule`.
-    """
-
-    stream, val_seed, test_seeds = "pointer", VAL_SEED, {"test": TEST_SEED, "beyond": BEYOND_SEED}
-
-    def __init__(
-        self,
-        n_slots: int,
-        train_k: tuple[int, int],
-        test_k: tuple[int, int] | None = None,
-        beyond_k: tuple[int, int] | None = None,
-        end_prob: float = END_PROB,
-        batch_size: int = 128,
-        train_subset: int | None = None,
-        val_size: int = 8192,
-        test_per_k: int = 500,
-        test_subset: int | None = None,
-        data_dir: str | None = None,  # accepted for a uniform interface; nothing is read from disk
-        seed: int = 0,
-    ):
-        if isinstance(n_slots, bool) or int(n_slots) != n_slots or n_slots < 2:
-            raise ValueError(f"n_slots must be an integer >= 2, got {n_slots!r}.")
-        n = int(n_slots)
-        train_k = check_k_range(train_k, n, "train_k", "n_slots")
-        sets = {"test": check_k_range(test_k or train_k, n, "test_k", "n_slots")}
-        if beyond_k:
-            sets["beyond"] = check_k_range(beyond_k, n, "beyond_k", "n_slots")
-        if not 0.0 < float(end_prob) <= 1.0:
-            raise ValueError(f"end_prob must lie in (0, 1], got {end_prob!r}.")
-        super().__init__(n, train_k, sets, batch_size, train_subset, val_size, test_per_k, test_subset, seed)
-        self.n_slots, self.end_prob = n, float(end_prob)
-        self.test_k, self.beyond_k = sets["test"], sets.get("beyond")
-        self.save_hyperparameters(ignore=["data_dir"])
-
-    def draw(self, batch, k_range, generator=None):
-        return pointer_batch(batch, self.n_slots, k_range, self.end_prob, generator)

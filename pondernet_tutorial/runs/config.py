@@ -19,7 +19,6 @@ looks it up in Lightning, and more CPU devices than cores under ``auto`` asks Py
 
 from __future__ import annotations
 
-import inspect
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
@@ -131,39 +130,21 @@ def check_cpu_devices(accelerator: str, devices) -> None:
 
 
 # ------------------------------------------------------------------ the configuration
-def _method_option_fields(after: str):
-    """Give the decorated class one field per option of the halting methods (:data:`METHOD_OPTIONS`),
-    placed after the field ``after``: the options of one method, then those several methods share. (The
-    order of the fields is the order in which run folders name them.)"""
-
-    def decorate(cls):
-        names = [name for options in METHOD_OPTIONS.values() for name in options]
-        own = [name for name in dict.fromkeys(names) if names.count(name) == 1]
-        shared = [name for name in dict.fromkeys(names) if names.count(name) > 1]
-        annotations = {}
-        for name, annotation in inspect.get_annotations(cls).items():
-            annotations[name] = annotation
-            if name == after:
-                for option_name in own + shared:
-                    kind = next(o[option_name].type for o in METHOD_OPTIONS.values() if option_name in o)
-                    annotations[option_name] = f"{kind.__name__} | None"
-                    setattr(cls, option_name, field(default=None, metadata={"method_option": True}))
-        cls.__annotations__ = annotations
-        return cls
-
-    return decorate
+def method_option():
+    """A field for an option of the halting methods: its type, defaults, help and check are declared
+    with the method, in :data:`~pondernet_tutorial.methods.METHOD_OPTIONS`; ``None`` takes the chosen
+    method's default."""
+    return field(default=None, metadata={"method_option": True})
 
 
 @dataclass
-@_method_option_fields(after="max_steps")
 class TrainConfig:
     """Everything a run depends on. ``None`` means: the experiment's default, else the global one.
 
     Each field is declared once, with its type, global default, help, choices and range check
-    (:func:`setting`); the halting methods' options (``lambda_p``, ``beta``, ``kl_direction``,
-    ``renormalize_prior``, ``tau``, ``epsilon``, ``halting_bias``) are fields too, declared in
-    :data:`~pondernet_tutorial.methods.METHOD_OPTIONS` with each method's defaults, and placed after
-    ``max_steps``. Fields are grouped as: what is trained (experiment, method, step function and their
+    (:func:`setting`); the halting methods' options are fields too (:func:`method_option`), whose
+    defaults, help and checks are declared per method in
+    :data:`~pondernet_tutorial.methods.METHOD_OPTIONS`. Fields are grouped as: what is trained (experiment, method, step function and their
     options), how (optimiser, schedule, stopping), and where (device, folders, logger; not part of the
     identity).
     """
@@ -204,7 +185,18 @@ class TrainConfig:
     max_steps: int | None = setting(
         int, 20, "N, the most steps (fixed: the number of steps)", check=check_max_steps
     )
-    # (here: one field per option of the halting methods, from methods.METHOD_OPTIONS)
+    # The halting methods' options (methods.METHOD_OPTIONS), in the order run folders name them:
+    # PonderNet's, ACT's, then those several methods share.
+    lambda_p: float | None = method_option()
+    beta: float | None = method_option()
+    kl_direction: str | None = method_option()
+    renormalize_prior: bool | None = method_option()
+    train_epsilon: float | None = method_option()
+    learn_halting: bool | None = method_option()
+    tau: float | None = method_option()
+    epsilon: float | None = method_option()
+    halting_bias: float | None = method_option()
+    eval_max_steps: int | None = method_option()
     lr_schedule: str | None = setting(
         str, "plateau", "plateau (ReduceLROnPlateau on val/acc) or constant", choices=LR_SCHEDULES
     )

@@ -24,8 +24,9 @@ from pathlib import Path
 import lightning as L
 import pandas as pd
 import torch
-from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback
 
+from ..fit import fit
 from ..lightning_module import ENGINE_VERSION, PonderLitModule
 from .build import make_datamodule, make_module, use_cuda_graph
 from .checkpoints import save_weights
@@ -180,21 +181,32 @@ def completed_run(run_dir: Path, config: TrainConfig | None = None, warn: bool =
     return None
 
 
-def make_trainer(config: TrainConfig, callbacks: list) -> L.Trainer:
-    """The Lightning Trainer of a run (no logger yet: it is set once every argument has been checked)."""
-    return L.Trainer(
-        max_epochs=config.epochs,
-        accelerator=config.accelerator,
-        devices=config.devices,
-        strategy=config.strategy,
-        precision=config.precision,
-        callbacks=callbacks,  # gradient clipping: the module's grad_clip (configure_gradient_clipping)
-        logger=False,  # the caller sets it once every argument has been checked
-        enable_progress_bar=config.progress_bar,
-        enable_model_summary=False,
-        deterministic="warn",  # exact on the CPU; warns instead of failing on GPU ops without a deterministic kernel
-        num_sanity_val_steps=0,
-    )
+def trainer_options(config: TrainConfig) -> dict:
+    """The Trainer's arguments of a run, besides its epochs, callbacks and logger. Gradient clipping is
+    the module's own (``grad_clip``, in ``configure_gradient_clipping``)."""
+    return {
+        "accelerator": config.accelerator,
+        "devices": config.devices,
+        "strategy": config.strategy,
+        "precision": config.precision,
+        "enable_progress_bar": config.progress_bar,
+        "enable_model_summary": False,
+        "deterministic": "warn",  # exact on the CPU; warns instead of failing on GPU ops without a deterministic kernel
+        "num_sanity_val_steps": 0,
+    }
+
+
+def check_trainer(config: TrainConfig) -> L.Trainer:
+    """A Trainer of the run's settings, made before anything is written, to check them: a missing
+    package (``--accelerator tpu`` without torch_xla) is an error here, and the CUDA-graph decision
+    reads its accelerator and world size."""
+    try:
+        return L.Trainer(max_epochs=config.epochs, logger=False, **trainer_options(config))
+    except ModuleNotFoundError as error:
+        raise MissingPackageError(
+            f"accelerator={config.accelerator!r}, strategy={config.strategy!r} need a missing package ({error}); "
+            "install it, or choose --accelerator auto/cpu/gpu."
+        ) from error
 
 
 def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> tuple[PonderLitModule, dict]:
@@ -222,32 +234,8 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
     L.seed_everything(config.seed, workers=True, verbose=False)  # before the weights are drawn
     datamodule = make_datamodule(config)
     datamodule.prepare_data()  # the data is there (or downloaded) before anything is written
+    module = make_module(config, graphed=use_cuda_graph(config, check_trainer(config)))
     history = History()
-    checkpoint = ModelCheckpoint(
-        dirpath=run_dir / "checkpoints",
-        filename="best",
-        monitor=config.select_by,
-        mode="min" if config.select_by.endswith("loss") else "max",
-        save_top_k=1,
-    )
-    callbacks = [history, checkpoint, StopOnNonFinite()]
-    stopping = None
-    if config.early_stopping_patience or config.stop_at_val_acc:
-        stopping = EarlyStopping(
-            "val/acc",
-            mode="max",
-            patience=config.early_stopping_patience or config.epochs,
-            stopping_threshold=config.stop_at_val_acc or None,
-        )
-        callbacks.append(stopping)
-    try:
-        trainer = make_trainer(config, callbacks)
-    except ModuleNotFoundError as error:  # e.g. --accelerator tpu without torch_xla
-        raise MissingPackageError(
-            f"accelerator={config.accelerator!r}, strategy={config.strategy!r} need a missing package ({error}); "
-            "install it, or choose --accelerator auto/cpu/gpu."
-        ) from error
-    module = make_module(config, graphed=use_cuda_graph(config, trainer))
     with folder_lock(run_dir, wait=wait, doing="training it"):  # one process at a time per run folder
         if is_rank_zero():  # the other ranks of a DDP run join rank 0's training and write nothing
             if not overwrite and completed_run(run_dir, config, warn=False) is not None:
@@ -258,19 +246,23 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
                 shutil.rmtree(run_dir)
             run_dir.mkdir(parents=True, exist_ok=True)
             mark_parent()  # the ranks that fit() starts end with this process
-        trainer.loggers = [make_logger(config, run_dir / "logs")]
         start = time.perf_counter()
-        trainer.fit(module, datamodule=datamodule)
+        trainer, best_epoch = fit(
+            module,
+            datamodule,
+            config.epochs,
+            select_by=config.select_by,
+            patience=config.early_stopping_patience,
+            stop_at_val_acc=config.stop_at_val_acc or None,
+            checkpoint_dir=run_dir / "checkpoints",
+            callbacks=[history, StopOnNonFinite()],
+            logger=make_logger(config, run_dir / "logs"),
+            **trainer_options(config),
+        )
         wall = time.perf_counter() - start
         if not trainer.is_global_zero:
             return module, None
 
-        best_epoch = len(history.rows) - 1  # without validation: the last epoch
-        if checkpoint.best_model_path:
-            best = torch.load(checkpoint.best_model_path, map_location="cpu", weights_only=True)
-            module.load_state_dict(best["state_dict"])
-            best_epoch = int(best["epoch"])
-        module.cpu().eval()
         write_csv(run_dir / "history.csv", pd.DataFrame(history.rows), index=False)
         epoch_times = [row["epoch_time_s"] for row in history.rows]
         n_train = getattr(datamodule, "train_size", None)
@@ -281,7 +273,7 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
             "epochs_run": len(history.rows),
             "best_epoch": best_epoch,
             "best_val_acc": history.rows[best_epoch].get("val/acc") if history.rows else None,
-            "stopped_by": _stopping_reason(stopping, len(history.rows), config.epochs),
+            "stopped_by": _stopping_reason(trainer.early_stopping_callback, len(history.rows), config.epochs),
             "wall_time_s": round(wall, 1),
             "epoch_times_s": epoch_times,
             "train_samples_per_epoch": n_train,
