@@ -1,23 +1,30 @@
 """PonderNet, explained: the package behind the tutorial book.
 
-Where things go:
+What the book teaches, in reading order:
 
-* a **step function** (the network applied at every step) is a
-  :class:`~pondernet_tutorial.steps.base.StepFunction` in ``steps/`` (``steps/mnist.py``,
-  ``steps/parity.py``), registered by name in :data:`pondernet_tutorial.steps.STEPS`;
-* a **halting method** (how a step function decides when to stop, and how that is trained) is a
-  :class:`~pondernet_tutorial.methods.base.PonderingMethod` in ``methods/`` (PonderNet, ACT, the
-  fixed-step baseline), registered in :data:`pondernet_tutorial.methods.METHODS`;
-* an **experiment** (a data module, a default step function, training defaults) is one entry of
-  :data:`pondernet_tutorial.registry.EXPERIMENTS`, its data module in ``data/``.
+* :mod:`~pondernet_tutorial.minimal`: the whole of PonderNet in about 40 lines;
+* :mod:`~pondernet_tutorial.halting`, :mod:`~pondernet_tutorial.losses`: PonderNet's equations, in
+  log space;
+* ``steps/``: step functions ``(x, h_n) -> (ŷ_n, z_n, h_{n+1})``, one file per task, registered in
+  :data:`pondernet_tutorial.steps.STEPS`;
+* ``methods/``: halting methods over any step function (PonderNet, ACT, fixed steps), registered in
+  :data:`pondernet_tutorial.methods.METHODS`;
+* ``data/``: the tasks' generators (no Lightning), and their Lightning data modules in
+  :mod:`~pondernet_tutorial.data.modules`;
+* :mod:`~pondernet_tutorial.lightning_module` and :mod:`~pondernet_tutorial.fit`: one plain
+  LightningModule and the standard way to train it.
 
-Everything above those is generic: :mod:`~pondernet_tutorial.halting` and
-:mod:`~pondernet_tutorial.losses` (PonderNet's equations), :mod:`~pondernet_tutorial.runs.config` (a run's
-configuration and folder), :mod:`~pondernet_tutorial.lightning_module`,
-:mod:`~pondernet_tutorial.runs.training`, :mod:`~pondernet_tutorial.runs.evaluation`,
-:mod:`~pondernet_tutorial.runs.checkpoints` (weights-only files and the shipped runs),
-:mod:`~pondernet_tutorial.runs.studies` (the runs behind the book) and the command line
-(``python -m pondernet_tutorial``).
+The rest serves the book's experiments and is not needed to use PonderNet:
+
+* :mod:`~pondernet_tutorial.registry`: the experiments by name (a new one is one entry), and the
+  registered components that a checkpoint may name; :mod:`~pondernet_tutorial.options`: every
+  option declared once;
+* ``runs/``: the run machinery: a run's configuration and folder, ``train()`` around ``fit()``,
+  weights-only checkpoints and the shipped runs, evaluation tables, the studies behind the book,
+  whole-file writes and locks, processes, the command line (``python -m pondernet_tutorial``), and
+  the CUDA-graph training step;
+* ``analysis/``: the book's figures, the difficulty analysis and the notebooks' helpers;
+* ``pretrained/``: the shipped runs and the tables of every study.
 
 The names below are imported when first used, so ``import pondernet_tutorial.halting`` loads PyTorch
 but not Lightning.
@@ -38,13 +45,15 @@ _EXPORTS = {
     "StepFunction": "steps.base",
     "MNISTStep": "steps.mnist",
     "ParityStep": "steps.parity",
+    "PointerStep": "steps.pointer",
     "PonderLoss": "losses",
     "ReconstructionLoss": "losses",
     "RegularizationLoss": "losses",
     "PonderLitModule": "lightning_module",
     "fit": "fit",
-    "MNISTDataModule": "data.mnist",
-    "ParityDataModule": "data.parity",
+    "MNISTDataModule": "data.modules",
+    "ParityDataModule": "data.modules",
+    "PointerDataModule": "data.modules",
     "TrainConfig": "runs.config",
     "train": "runs.training",
     "load_model": "runs.checkpoints",

@@ -17,7 +17,7 @@ warning.)
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch.nn.functional as F
 from torch import Tensor, nn

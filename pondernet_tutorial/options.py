@@ -17,8 +17,9 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 Check = Callable[[Any, str], Any]
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import functools
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 MNIST_DATA = "pondernet_tutorial.data.modules:MNISTDataModule"
 PARITY_DATA = "pondernet_tutorial.data.modules:ParityDataModule"

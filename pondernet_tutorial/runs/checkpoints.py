@@ -250,8 +250,3 @@ def _shipped_metadata(folder: Path) -> dict:
             f"the metadata.json of the shipped run in {folder} is missing or damaged: reinstall the package."
         )
     return metadata
-
-
-def load_metadata(experiment: str, method: str = "pondernet", seed: int = 0, **options) -> dict:
-    """The metadata of a shipped run (configuration, epochs, stopping, wall time, hardware, versions)."""
-    return _shipped_metadata(pretrained_config(experiment, method, seed, **options).run_dir)

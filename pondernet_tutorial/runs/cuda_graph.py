@@ -27,7 +27,7 @@ recorded step on the same tensors.
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor

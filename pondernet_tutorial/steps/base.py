@@ -13,7 +13,8 @@ batch on its first axis: the halting methods drop halted samples from them with 
 
 from __future__ import annotations
 
-from typing import Callable, Union
+from collections.abc import Callable
+from typing import Union
 
 from torch import Tensor, nn
 

@@ -64,7 +64,7 @@ def test_tables_of_selected_runs(tmp_path):
     assert len(notebook.select(runs, seed=1)) == 1
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def python_in(cwd, code: str, pythonpath=ROOT, **env) -> str:
@@ -78,7 +78,7 @@ def python_in(cwd, code: str, pythonpath=ROOT, **env) -> str:
 
 
 def test_quick_mode_writes_outside_the_repository():
-    repository = Path(__file__).resolve().parents[1]
+    repository = Path(__file__).resolve().parents[2]
     assert repository not in notebook.QUICK_DIR.resolve().parents
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("check_rendering", ROOT / "tools" / "check_rendering.py")
 check = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(check)

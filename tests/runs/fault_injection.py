@@ -11,7 +11,7 @@ disk). ``log`` records the process id and path of every file opened for writing.
 ``torch.save`` to a path writes through C++, which the hook does not see: :func:`install` routes it
 through Python's ``open`` (same bytes, same file).
 
-In a subprocess, ``tests/fault_harness/sitecustomize.py`` installs it from the environment
+In a subprocess, ``tests/runs/fault_harness/sitecustomize.py`` installs it from the environment
 (``PONDERNET_FAULT_MODE``, ``PONDERNET_FAULT_NAME``, ``PONDERNET_FAULT_UNDER``, ``PONDERNET_FAULT_LOG``), so
 that the processes Lightning starts get it too.
 """

@@ -1,0 +1,151 @@
+"""The package's layout: what the book teaches imports no run machinery and no Lightning where it
+needs none, no module imports itself back through another, and ``requires-python`` is true.
+
+Deliberate breaks these tests catch (each was tried):
+- ``runs/checkpoints.py`` importing ``make_module`` from ``runs/training.py`` again (the old circle):
+  test_no_import_circle;
+- ``data/parity.py`` importing ``GeneratedDataModule`` from ``data/modules.py``:
+  test_the_minimal_ponder_net_and_the_generators_load_no_lightning;
+- a ``match`` statement in a module, with ``requires-python >= 3.9``: test_requires_python_is_true.
+"""
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pondernet_tutorial
+
+PACKAGE = Path(pondernet_tutorial.__file__).resolve().parent
+ROOT = PACKAGE.parent
+CORE = (
+    "minimal",
+    "halting",
+    "losses",
+    "options",
+    "registry",
+    "lightning_module",
+    "fit",
+    "steps",
+    "methods",
+    "data",
+)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """The package's modules that a file imports, anywhere in it (a function's import counts too)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            candidates = [target] + [f"{target}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        for candidate in candidates:
+            if candidate.startswith("pondernet_tutorial") and candidate in MODULES:
+                found.add(candidate)
+    found.discard(name)
+    return found
+
+
+FILES = {module_name(p): p for p in PACKAGE.rglob("*.py") if "pretrained" not in p.parts}
+MODULES = set(FILES)
+
+
+def test_no_import_circle():
+    graph = {name: imports_of(path) for name, path in FILES.items()}
+    graph = {
+        name: {t for t in targets if not name.startswith(t + ".") and t != "pondernet_tutorial"}
+        for name, targets in graph.items()
+    }
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == "open":
+                circle = stack[stack.index(target) :] + [target]
+                raise AssertionError("import circle: " + " -> ".join(circle))
+            if target not in state:
+                visit(target)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+
+
+def test_the_taught_core_imports_no_run_machinery():
+    for name, path in FILES.items():
+        short = name.removeprefix("pondernet_tutorial.")
+        if short.split(".")[0] in CORE:
+            machinery = {
+                t
+                for t in imports_of(path)
+                if t.startswith(("pondernet_tutorial.runs", "pondernet_tutorial.analysis"))
+            }
+            assert not machinery, f"{name} imports {sorted(machinery)}"
+
+
+def test_the_minimal_ponder_net_and_the_generators_load_no_lightning():
+    script = (
+        "import sys\n"
+        "from pondernet_tutorial.minimal import MinimalPonderNet, train_on_parity\n"
+        "from pondernet_tutorial.data.parity import parity_batch\n"
+        "from pondernet_tutorial.data.pointer import pointer_batch\n"
+        "from pondernet_tutorial.data.mnist import load_mnist, rotate\n"
+        "import pondernet_tutorial.halting, pondernet_tutorial.losses, pondernet_tutorial.methods.pondernet\n"
+        "train_on_parity(MinimalPonderNet(8, 2, 16, 5), 1)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning', 'torchmetrics')))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", result.stdout
+
+
+def test_requires_python_is_true():
+    """The declared minimum parses every module (no newer syntax), and no module uses a standard-library
+    name that came after it; where that Python is installed, it compiles the package."""
+    declared = re.search(r'requires-python = ">=(\d+)\.(\d+)"', (ROOT / "pyproject.toml").read_text())
+    minimum = (int(declared[1]), int(declared[2]))
+    assert minimum == (3, 10)  # the package uses zip(strict=True), match-free 3.10 features
+    newer = re.compile(
+        r"\b(tomllib|StrEnum|ExceptionGroup|except\*|TaskGroup|typing\.Self|LiteralString|datetime\.UTC|file_digest)\b"
+    )
+    for name, path in FILES.items():
+        source = path.read_text()
+        ast.parse(source, feature_version=minimum)
+        assert not newer.search(source), f"{name} uses {newer.search(source)[0]}, newer than Python {minimum}"
+    interpreter = f"python{minimum[0]}.{minimum[1]}"
+    try:
+        result = subprocess.run(
+            [interpreter, "-m", "compileall", "-q", "-x", "pretrained", str(PACKAGE)],
+            capture_output=True,
+            text=True,
+        )
+    except FileNotFoundError:
+        return
+    if (
+        "not installed" in result.stderr
+        or "No such file" in result.stderr
+        or "command not found" in result.stderr
+    ):
+        return
+    assert result.returncode == 0, result.stdout + result.stderr
