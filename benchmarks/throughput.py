@@ -151,12 +151,19 @@ class BatchClock(Callback):
     def __init__(self, warmup: int):
         self.warmup, self.marks = warmup, {}
 
+    @staticmethod
+    def now(pl_module) -> float:
+        """The time once the device has finished what was queued (CUDA runs asynchronously)."""
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if batch_idx in (0, self.warmup):
-            self.marks[batch_idx] = time.perf_counter()
+            self.marks[batch_idx] = self.now(pl_module)
 
     def on_train_end(self, trainer, pl_module):
-        self.marks["end"] = time.perf_counter()
+        self.marks["end"] = self.now(pl_module)
 
 
 def time_fit(
@@ -195,6 +202,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--eval-images", type=int, default=10_000)
     parser.add_argument("--json", default=None, help="also write the numbers to this file")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to train [cpu]")
+    parser.add_argument(
+        "--peak-gflops",
+        type=float,
+        default=None,
+        help="the device's matmul rate for the FLOP share [default: measured on the step's largest matmul]",
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -210,21 +223,26 @@ def main(argv=None) -> dict:
     L.seed_everything(0, verbose=False)
     reference = time_fit(ReferencePonder(), reference_loader(128), clip=0.5, **timing)
     results["train_reference_img_s"] = reference["img_s"]
-    # the package's paths: eager, and its default on the device (compiled on the CPU, a CUDA graph on CUDA)
-    paths = {"eager": {"compile": False, "cuda_graph": False}}
+    # the package's paths: eager, compiled (the default on the CPU) and, on CUDA, the compiled step
+    # replayed from one CUDA graph (the default there)
+    paths = {"eager": (False, False), "compiled": (True, False)}
     if device == "cuda":
-        paths["cuda_graph"] = {"compile": False, "cuda_graph": True}
-    else:
-        paths["compiled"] = {"compile": True, "cuda_graph": False}
-    for key, options in paths.items():
+        paths["cuda_graph"] = (True, True)
+    config = TrainConfig(experiment="mnist-interpolation")
+    flops = step_flops_per_image(config)
+    peak = measured_gflops() if args.peak_gflops is None else args.peak_gflops
+    results["train_mflop_per_image"] = flops / 1e6
+    results["matmul_gflop_s"] = peak
+    for key, (compiled, graphed) in paths.items():
         L.seed_everything(0, verbose=False)
-        config = TrainConfig(experiment="mnist-interpolation", **options)
-        module = make_module(config)
-        module.use_cuda_graph(config.cuda_graph)
+        config = TrainConfig(experiment="mnist-interpolation", compile=compiled)
+        module = make_module(config, graphed=graphed)
         ours = time_fit(module, datamodule=make_datamodule(config), **timing)
         results[f"train_package_{key}_img_s"] = ours["img_s"]
         results[f"train_package_{key}_warmup_s"] = ours["warmup_s"]
         results[f"train_speedup_{key}"] = ours["img_s"] / reference["img_s"]
+        # the share of the FLOP bound: the step's FLOPs at this rate, against the matmul rate
+        results[f"train_package_{key}_flop_share"] = ours["img_s"] * flops / (peak * 1e9)
 
     results.update(inference(args.eval_images, device))
     results = {k: round(v, 2) if isinstance(v, float) else v for k, v in results.items()}
@@ -233,6 +251,31 @@ def main(argv=None) -> dict:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
     return results
+
+
+def step_flops_per_image(config: TrainConfig, batch: int = 128) -> float:
+    """FLOPs of one training step (forward, loss and backward of the full unroll) per image, counted
+    by PyTorch's FlopCounterMode on one batch of random images."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    module = make_module(config)
+    images, labels = torch.rand(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
+    with FlopCounterMode(display=False) as counter:
+        module._training_values(images, labels)["loss"].backward()
+    return counter.get_total_flops() / batch
+
+
+def measured_gflops(shape=(128 * 20, 1024, 64), repeats: int = 50) -> float:
+    """GFLOP/s of ``torch.mm`` at the MNIST step's matmul sizes (the MLP's 20 steps of a batch of 128,
+    64 hidden units, one input matrix wide enough to keep every core busy): the bound the step meets."""
+    m, k, n = shape
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    for _ in range(5):
+        a @ b
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * m * k * n * repeats / (time.perf_counter() - start) / 1e9
 
 
 @torch.no_grad()

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from pondernet_tutorial import explain  # noqa: E402
+from pondernet_tutorial.analysis import explain  # noqa: E402
 from pondernet_tutorial.analysis.explain import explore_figure, halting_terms, interactive_explorer  # noqa: E402
 
 

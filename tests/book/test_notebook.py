@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from pondernet_tutorial import notebook  # noqa: E402
+from pondernet_tutorial.analysis import notebook  # noqa: E402
 
 
 def test_glue_is_a_no_op_without_myst_nb(monkeypatch):
@@ -85,8 +85,8 @@ def test_quick_mode_writes_outside_the_repository():
 def test_quick_runs_are_kept_apart_per_checkout(tmp_path):
     """Two clones on one machine get two quick folders; one clone gets the same folder every time."""
     clone = tmp_path / "another-clone"
-    (clone / "pondernet_tutorial").mkdir(parents=True)
-    for name in ("__init__.py", "notebook.py"):
+    (clone / "pondernet_tutorial" / "analysis").mkdir(parents=True)
+    for name in ("__init__.py", "analysis/__init__.py", "analysis/notebook.py"):
         shutil.copy(ROOT / "pondernet_tutorial" / name, clone / "pondernet_tutorial" / name)
     code = "from pondernet_tutorial.analysis.notebook import QUICK_DIR; print(QUICK_DIR)"
     here = python_in(tmp_path, code)

@@ -14,7 +14,6 @@ from pondernet_tutorial.data import mnist
 from pondernet_tutorial.data.mnist import (
     DATA_DIR_VARIABLE,
     MNISTDamagedError,
-    MNISTDataModule,
     MNISTNotFoundError,
     RotationSpec,
     load_mnist,
@@ -23,7 +22,7 @@ from pondernet_tutorial.data.mnist import (
     rotated_test_set,
     uniform_angles,
 )
-from pondernet_tutorial.data.modules import ParityDataModule
+from pondernet_tutorial.data.modules import MNISTDataModule, ParityDataModule
 from pondernet_tutorial.data.parity import parity_batch
 
 

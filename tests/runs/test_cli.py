@@ -104,7 +104,7 @@ def test_missing_mnist_offline_is_a_user_error(monkeypatch, tmp_path, capsys):
 
 
 def test_programming_errors_keep_their_traceback(monkeypatch):
-    from pondernet_tutorial import training
+    from pondernet_tutorial.runs import training
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
@@ -159,7 +159,7 @@ SHIPPED_PARITY = PRETRAINED_DIR / "parity-interpolation" / "pondernet-lambda_p=0
 @pytest.fixture
 def nothing_runs(monkeypatch):
     """Training, loading data and evaluating fail the test: a mistake must be found before them."""
-    from pondernet_tutorial import evaluation, studies, training
+    from pondernet_tutorial.runs import evaluation, studies, training
 
     def forbidden(*args, **kwargs):
         raise AssertionError("reached training, data or evaluation before the mistake was found")

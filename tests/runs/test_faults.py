@@ -37,7 +37,7 @@ import pytest
 import torch
 
 import pondernet_tutorial
-from pondernet_tutorial import studies
+from pondernet_tutorial.runs import studies
 from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model, load_pretrained
 from pondernet_tutorial.runs.config import PRETRAINED_DIR, TrainConfig
 from pondernet_tutorial.runs.evaluation import evaluate_run
@@ -210,7 +210,7 @@ def test_a_checkpoint_naming_torch_hub_load_runs_nothing(tmp_path, monkeypatch):
     assert not marker.exists()
 
     # a shipped folder whose model.pt (and metadata) were replaced by the gadget
-    from pondernet_tutorial import checkpoints
+    from pondernet_tutorial.runs import checkpoints
 
     monkeypatch.setattr(checkpoints, "PRETRAINED_DIR", tmp_path / "pretrained")
     config = tiny(tmp_path / "pretrained")
@@ -427,7 +427,8 @@ def test_a_model_pt_of_another_run_is_refused(tmp_path, monkeypatch):
     """model.pt carries its own hyperparameters: compared with its folder's record and with the
     request in load_model, load_pretrained, evaluate_run (reproduce's tables), run_one (retrained),
     the notebooks' loading and ``evaluate --checkpoint``. Before: λ_p = 0.2 asked, 0.1 returned."""
-    from pondernet_tutorial import checkpoints, notebook
+    from pondernet_tutorial.analysis import notebook
+    from pondernet_tutorial.runs import checkpoints
 
     monkeypatch.setattr(checkpoints, "PRETRAINED_DIR", tmp_path)
     asked, other = tiny(tmp_path, lambda_p=0.2), tiny(tmp_path, lambda_p=0.1)
@@ -643,7 +644,7 @@ def test_ddp_children_end_with_their_parent(tmp_path):
 
 LONG_STUDY = """
 import sys
-from pondernet_tutorial import studies
+from pondernet_tutorial.runs import studies
 run = {"experiment": "parity-interpolation", "epochs": 200, "early_stopping_patience": 0, "stop_at_val_acc": 0}
 studies.STUDIES["long"] = studies.Study("long", "two long runs", (run, {**run, "lambda_p": 0.1}))
 studies.reproduce(["long"], output_dir=sys.argv[1], quick=True, jobs=2)

@@ -50,7 +50,7 @@ def test_pruning_keeps_what_the_studies_ship(tmp_path):
 
 
 def test_a_rerun_that_trains_nothing_keeps_the_sweeps_wall_time(tmp_path, monkeypatch):
-    from pondernet_tutorial import studies
+    from pondernet_tutorial.runs import studies
 
     seconds = {"value": 7.0}
     written = []
@@ -94,7 +94,7 @@ def test_reproduce_builds_its_plan_once_with_the_shared_options(tmp_path, monkey
     """``reproduce(precision=...)`` trains into ``...-precision=bf16-mixed`` folders; the study's tables and
     its wall-time record must name those runs, not the runs without the shared option (a KeyError before
     the plan was built once)."""
-    from pondernet_tutorial import studies
+    from pondernet_tutorial.runs import studies
 
     trained = []
     monkeypatch.setattr(studies, "run_one", lambda c, *a: trained.append(c) or _fake_run(c))
@@ -107,7 +107,7 @@ def test_reproduce_builds_its_plan_once_with_the_shared_options(tmp_path, monkey
 
 
 def test_reproduce_on_the_command_line_with_a_shared_option(tmp_path, monkeypatch):
-    from pondernet_tutorial import studies
+    from pondernet_tutorial.runs import studies
     from pondernet_tutorial.runs.cli import main
 
     monkeypatch.setattr(studies, "run_one", lambda c, *a: _fake_run(c))
