@@ -15,7 +15,13 @@ Deliberate breaks these tests catch (each was tried):
 - ``GraphedStep.sync_learning_rates`` doing nothing: test_a_learning_rate_cut_reaches_the_graph;
 - the eager step after capture setting the gradients to None:
   test_a_batch_of_another_shape_is_stepped_eagerly_into_the_captured_gradients;
-- ``on_fit_end`` not releasing the graph: test_the_trained_module_copies_and_pickles.
+- ``on_fit_end`` not releasing the graph: test_the_trained_module_copies_and_pickles;
+- neither ``on_fit_start`` nor ``on_fit_end`` releasing it: test_a_second_fit_captures_again;
+- the decision reading no world size: test_the_graph_needs_one_device_in_one_process;
+- no bf16 check: test_bf16_on_a_gpu_without_bf16_tensor_cores_says_so.
+
+Not tested here, for want of a GPU: the side stream of the warm-up, ``record_stream``, and a capture
+by CUDA itself (:class:`~pondernet_tutorial.runs.cuda_graph.CudaGraphs`).
 """
 
 import copy
@@ -281,3 +287,46 @@ def test_a_step_returns_the_capture_batchs_values_at_its_replay():
     )
     out = step(torch.tensor([1.0, 1.0]), torch.tensor(0.0))
     assert float(out["loss"]) == 9.0 and float(params[0][0]) < 1.0
+
+
+class FakeTrainer:
+    """What the CUDA-graph decision reads of a Trainer: its accelerator and its world size."""
+
+    def __init__(self, world_size=1):
+        from lightning.pytorch.accelerators import CUDAAccelerator
+
+        self.accelerator, self.world_size = CUDAAccelerator(), world_size
+
+
+def test_the_graph_needs_one_device_in_one_process(monkeypatch):
+    """ddp with one device on each of two nodes has one device per process but two processes."""
+    from pondernet_tutorial.runs.build import use_cuda_graph
+    from pondernet_tutorial.runs.config import TrainConfig
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    config = TrainConfig(experiment="parity-interpolation", quick=True)
+    assert use_cuda_graph(config, FakeTrainer(world_size=1)) is True
+    assert use_cuda_graph(config, FakeTrainer(world_size=2)) is False
+    with pytest.raises(ValueError, match="exactly one device in one process"):
+        use_cuda_graph(
+            TrainConfig(experiment="parity-interpolation", quick=True, cuda_graph=True), FakeTrainer(2)
+        )
+
+
+def test_bf16_on_a_gpu_without_bf16_tensor_cores_says_so(monkeypatch, capsys):
+    """A T4 (compute capability 7.5, Colab's free GPU) emulates bf16: slower than 32-true; one line
+    says so and names what to pass instead. An H100 (9.0) hears nothing."""
+    from pondernet_tutorial.runs.build import use_cuda_graph
+    from pondernet_tutorial.runs.config import TrainConfig
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla T4")
+    config = TrainConfig(experiment="parity-interpolation", quick=True, precision="bf16-mixed")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    use_cuda_graph(config, FakeTrainer())
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Tesla T4" in err and "--precision 32-true" in err
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    use_cuda_graph(config, FakeTrainer())
+    assert capsys.readouterr().err == ""
