@@ -240,8 +240,8 @@ class TrainConfig:
     compile: bool | None = setting(
         bool,
         False,
-        "torch.compile the unroll and loss of training, validation and test (off in quick mode, and "
-        "where a CUDA graph replays the training step)",
+        "torch.compile the unroll and loss of training, validation and test (off in quick mode; a CUDA "
+        "graph replays the compiled training step)",
         identity=False,
         reproduce=True,
     )
