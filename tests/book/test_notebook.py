@@ -95,6 +95,7 @@ def test_quick_runs_are_kept_apart_per_checkout(tmp_path):
     assert there != here and Path(there).parent == Path(here).parent
 
 
+@pytest.mark.slow
 def test_the_notebooks_find_mnist_as_the_tests_do_from_any_working_directory(monkeypatch):
     from pondernet_tutorial.data import mnist
 

@@ -123,6 +123,7 @@ def test_act_full_unroll_has_the_early_exits_loss_and_gradients():
         torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 def test_training_step_compiles_whole(method):
     """Forward, loss and backward of a training batch as one graph: ``fullgraph=True`` raises on a
@@ -220,6 +221,7 @@ def fit(module, epochs=2, **trainer_options):
     return trainer
 
 
+@pytest.mark.slow
 def test_a_compiled_run_trains(tmp_path):
     """``compile=True``, the default of every shipped experiment, through ``train``."""
     from pondernet_tutorial.runs.config import TrainConfig

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import pondernet_tutorial
 
 PACKAGE = Path(pondernet_tutorial.__file__).resolve().parent
@@ -104,6 +106,7 @@ def test_the_taught_core_imports_no_run_machinery():
             assert not machinery, f"{name} imports {sorted(machinery)}"
 
 
+@pytest.mark.slow
 def test_the_minimal_ponder_net_and_the_generators_load_no_lightning():
     script = (
         "import sys\n"
