@@ -111,6 +111,18 @@ POINTER_METHODS = (
     {"method": "fixed", "max_steps": 10},
     {"method": "fixed", "max_steps": 10, "eval_max_steps": 20},  # the same network, run for 20 steps
 )
+# The same task with the exit bit removed from every slot (step option exit_feature=False): a step must
+# tell that the walk is over from the arrow it read. PonderNet with two priors and its frozen-halting
+# control, ACT, and the fixed ten-step network (run for 10 and for 20 steps).
+NO_EXIT = {"step_options": {"exit_feature": False}}
+POINTER_NO_EXIT_METHODS = (
+    {"method": "pondernet"},  # λ_p = 0.5
+    {"method": "pondernet", "lambda_p": 0.2},
+    {"method": "pondernet", "learn_halting": False},
+    {"method": "act"},  # τ = 0.01
+    {"method": "fixed", "max_steps": 10},
+    {"method": "fixed", "max_steps": 10, "eval_max_steps": 20},
+)
 
 STUDIES: dict[str, Study] = {
     s.name: s
@@ -190,6 +202,16 @@ STUDIES: dict[str, Study] = {
             tuple({"experiment": POINTER, **method} for method in POINTER_METHODS),
             ship="all",
             quick_runs=tuple({"experiment": POINTER, **POINTER_METHODS[i]} for i in (0, 3, 4, 7)),
+        ),
+        Study(
+            "pointer-noexit",
+            "pointer chasing without the exit bit: a step must tell from the arrow it read that the walk is "
+            "over; PonderNet (two priors) and its frozen-halting control, ACT and fixed steps",
+            tuple({"experiment": POINTER, **NO_EXIT, **method} for method in POINTER_NO_EXIT_METHODS),
+            ship="all",
+            quick_runs=tuple(
+                {"experiment": POINTER, **NO_EXIT, **POINTER_NO_EXIT_METHODS[i]} for i in (0, 3)
+            ),
         ),
     ]
 }

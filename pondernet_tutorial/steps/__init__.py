@@ -50,6 +50,11 @@ STEP_OPTIONS: dict[str, dict[str, Option]] = {
         "n_slots": Option(int, help="slots per sample (the experiment's)", check=at_least(2)),
         "hidden_size": _HIDDEN_SIZE,
         "key_size": Option(int, help="size of the slots' keys, values and the query", check=at_least(1)),
+        "exit_feature": Option(
+            bool,
+            True,
+            "give every slot the bit 'this slot is an exit'; false: a step must tell from the arrow it read",
+        ),
     },
 }
 

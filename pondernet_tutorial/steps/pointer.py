@@ -15,7 +15,10 @@ and each step reads the slots once, through one attention lookup:
     z_n     = w_λ · h_{n+1} + b_λ                 halting logit
 
 with ``e`` a learned embedding of the slot indices and ``h_1`` a learned vector (the walk starts at
-slot 0). A lookup that lands on slot ``i`` learns where ``i`` points, not where that slot points in
+slot 0). The exit bit ``1(a_i = i)`` tells a step that the slot it read ends the walk: halting then
+needs no learning of when the walk is over. With ``exit_feature=False`` the bit is 0 in every slot, and
+a step must find out from what it computed: that the arrow it read, ``e_{a_i}``, points back at the
+slot it looked at. A lookup that lands on slot ``i`` learns where ``i`` points, not where that slot points in
 turn: each step can advance the walk by one arrow, so a walk through ``k`` slots needs ``k`` steps,
 and one step cannot solve long walks.
 """
@@ -38,15 +41,24 @@ class PointerStep(StepFunction):
         n_classes: the answer is a slot: must equal ``n_slots``.
         hidden_size: GRU units.
         key_size: size ``d`` of the slot embeddings, keys, queries and values.
+        exit_feature: give every slot's value the bit ``1(a_i = i)``; False sets it to 0.
     """
 
-    def __init__(self, n_slots: int, n_classes: int | None = None, hidden_size: int = 64, key_size: int = 32):
+    def __init__(
+        self,
+        n_slots: int,
+        n_classes: int | None = None,
+        hidden_size: int = 64,
+        key_size: int = 32,
+        exit_feature: bool = True,
+    ):
         super().__init__()
         if n_classes is not None and n_classes != n_slots:
             raise ValueError(
                 f"the answer is a slot: n_classes must equal n_slots={n_slots}, got {n_classes}."
             )
         self.n_slots, self.hidden_size, self.key_size = n_slots, hidden_size, key_size
+        self.exit_feature = bool(exit_feature)
         self.slot_embedding = nn.Embedding(n_slots, key_size)  # e_i
         self.key = nn.Linear(key_size, key_size)  # W_k
         self.value = nn.Linear(key_size + 1, key_size)  # W_v
@@ -65,6 +77,8 @@ class PointerStep(StepFunction):
         slots = torch.arange(self.n_slots, device=x.device)
         keys = self.key(self.slot_embedding(slots)).expand(x.shape[0], -1, -1)  # k_i = W_k e_i
         is_exit = (arrows == slots).unsqueeze(-1).to(keys.dtype)  # 1(a_i = i)
+        if not self.exit_feature:  # the step must tell an exit from the arrow it read
+            is_exit = torch.zeros_like(is_exit)
         described = torch.cat([self.slot_embedding(arrows), is_exit], -1)  # [e_{a_i}; 1(a_i = i)]
         values = self.value(described)  # v_i = W_v [e_{a_i}; 1(a_i = i)]
         return keys, values

@@ -200,3 +200,19 @@ def test_a_tiny_run_trains_and_is_evaluated_by_difficulty(tmp_path):
     assert (summary["n"] == 3).all() and summary["halt_step"].between(1, 4).all()
     per_sample = tables["per_sample"]
     assert len(per_sample) == 16 * 3 and per_sample["label"].between(0, 31).all()
+
+
+@pytest.mark.parametrize("exit_feature", [True, False])
+def test_the_exit_bit_reaches_the_values_only_when_asked(exit_feature):
+    """``exit_feature=False`` takes the bit 'this slot is an exit' out of every slot's value: the
+    value layer's column for it then changes nothing (break tried: the bit kept -> failed)."""
+    from pondernet_tutorial.data.pointer import pointer_batch
+
+    torch.manual_seed(0)
+    step = PointerStep(n_slots=8, exit_feature=exit_feature)
+    arrows, _, _ = pointer_batch(16, 8, (1, 8), generator=torch.Generator().manual_seed(1))
+    _, before = step.encode(arrows)
+    with torch.no_grad():
+        step.value.weight[:, -1] += 1.0  # the weights of the exit bit
+    _, after = step.encode(arrows)
+    assert torch.equal(before, after) is (not exit_feature)
