@@ -220,16 +220,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    from .processes import stop_on_signals
+
     try:
-        code = _run(args)
+        with stop_on_signals():  # SIGINT, SIGTERM, SIGHUP: a failure (128 + the signal), never exit 0
+            code = _run(args)
         sys.stdout.flush()  # a reader that stopped early (| head) shows here, inside the try
         return code
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as error:
+        print(f"error: {_interrupted_line(args, error)}", file=sys.stderr)
+        return getattr(error, "exit_code", 130)
     except BrokenPipeError:  # the reader of the output went away: no traceback, as Python's docs advise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+
+
+def _interrupted_line(args, error) -> str:
+    """What an interrupted command kept, and what to rerun."""
+    stop = str(error) if str(error).startswith("interrupted") else "interrupted"
+    if args.command == "train":
+        kept = "the run's folder holds no finished model.pt (runs already finished are untouched)"
+        rerun = "rerun the same command to train it again"
+    elif args.command == "reproduce":
+        kept = f"the runs finished so far are kept in {args.output_dir if not args.ship else 'pretrained/'}"
+        rerun = "rerun the same command to train the rest and write the study tables"
+    else:
+        kept, rerun = "nothing was written", "rerun the command"
+    return f"{stop}: {kept}; {rerun}."
 
 
 def _user_errors():

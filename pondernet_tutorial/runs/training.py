@@ -33,7 +33,7 @@ from .checkpoints import save_weights
 from .config import TrainConfig, check_same_identity
 from .cuda_graph import GraphedPonderLitModule
 from .files import check_unlocked, folder_lock, read_json, write_csv, write_json
-from .processes import end_with_parent, is_rank_zero, mark_parent
+from .processes import end_with_parent, is_rank_zero, mark_parent, stop_on_signals
 
 # Paths of the machine that trained a run: never recorded in its metadata (results are shared).
 MACHINE_FIELDS = ("data_dir", "output_dir")
@@ -223,7 +223,16 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
 
     Returns:
         the module with its best weights loaded (eval mode) and the metadata dictionary.
+
+    Raises:
+        Interrupted: (a ``KeyboardInterrupt``) on Ctrl-C, SIGTERM or SIGHUP; the folder keeps no
+            ``model.pt``, and the next call trains the run again.
     """
+    with stop_on_signals():  # a stop is a failure, never Lightning's exit status 0
+        return _train(config, overwrite, wait)
+
+
+def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[PonderLitModule, dict]:
     end_with_parent()  # a rank started by Lightning for a multi-process run ends with rank 0
     run_dir = config.run_dir
     if not wait:

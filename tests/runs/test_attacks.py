@@ -1,0 +1,71 @@
+"""Issue 22's attacks: a stop is never a success, the shipped runs cannot be overwritten, no option or
+file sizes memory without bound, files are read only when they are regular and small, and folder names
+stay inside the output folder. Each test failed on the code before these changes (67639c4)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import test_faults
+from test_faults import TINY_ARGS, leftovers, tiny
+
+from pondernet_tutorial.runs import cli, studies, training
+from pondernet_tutorial.runs.processes import Interrupted
+from pondernet_tutorial.runs.studies import reproduce
+from pondernet_tutorial.runs.training import train
+
+tiny_study = pytest.fixture(test_faults.tiny_study.__wrapped__)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rows 1-2: interrupted means failed
+
+SIGNALS = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
+
+
+def send_at_first_epoch(monkeypatch, signum):
+    def send(self, trainer, pl_module):
+        os.kill(os.getpid(), signum)
+
+    monkeypatch.setattr(training.History, "on_train_epoch_start", send)
+
+
+@pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: s.name)
+def test_a_signal_during_train_raises_keyboard_interrupt_and_keeps_no_model(tmp_path, monkeypatch, signum):
+    config = tiny(tmp_path)
+    send_at_first_epoch(monkeypatch, signum)
+    with pytest.raises(KeyboardInterrupt) as caught:  # never SystemExit: a caller's except sees it
+        train(config)
+    assert isinstance(caught.value, Interrupted) and caught.value.exit_code == 128 + signum
+    assert not (config.run_dir / "model.pt").exists()
+    assert leftovers(tmp_path) == []  # the lock is released
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the caller's handlers come back
+
+
+@pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: s.name)
+def test_a_signal_during_the_train_command_exits_128_plus_it_in_one_line(
+    tmp_path, monkeypatch, capsys, signum
+):
+    send_at_first_epoch(monkeypatch, signum)
+    code = cli.main(["train", *map(str, TINY_ARGS), "--output-dir", str(tmp_path)])
+    assert code == 128 + signum
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"error: interrupted by {signum.name}") and "rerun" in err[-1]
+    assert not list(tmp_path.rglob("model.pt"))
+
+
+def test_sigterm_during_reproduce_exits_143_and_the_rerun_finishes(tmp_path, monkeypatch, capsys, tiny_study):
+    send_at_first_epoch(monkeypatch, signal.SIGTERM)
+    code = cli.main(["reproduce", "--study", "faults", "--quick", "--output-dir", str(tmp_path)])
+    assert code == 143
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("error: interrupted by SIGTERM") and "rerun" in line
+    assert not (tmp_path / "studies" / "faults" / "study.json").exists()
+    assert leftovers(tmp_path) == []
+    monkeypatch.undo()
+    monkeypatch.setitem(studies.STUDIES, "faults", tiny_study)
+    reproduce(["faults"], output_dir=tmp_path, quick=True)
+    assert json.loads((tmp_path / "studies" / "faults" / "study.json").read_text())["n_runs"] == 2
