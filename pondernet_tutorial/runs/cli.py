@@ -307,7 +307,9 @@ def _run(args) -> int:
         given = _config_values(args, REPRODUCE_OPTIONS)
         checked = _config({"quick": args.quick, **given})  # the shared options, before any training
         common = {name: getattr(checked, name) for name in given}  # as checked (devices "2" -> 2)
-        _checked(check_writable_folder, PRETRAINED_DIR if args.ship else args.output_dir)
+        _checked(
+            check_writable_folder, PRETRAINED_DIR if args.ship else args.output_dir, "--output-dir", args.ship
+        )
     errors = _user_errors()
     try:
         if args.command == "train":

@@ -515,8 +515,26 @@ def _check_can_write_in(folder: Path, what: str) -> None:
         ) from error
 
 
-def check_writable_folder(path: str | os.PathLike, what: str = "--output-dir") -> None:
-    """Refuse a folder that is a file, lies under a file or cannot be written; nothing is created."""
+def check_not_shipped(path: str | os.PathLike, what: str = "--output-dir") -> None:
+    """Refuse the package's shipped runs (:data:`PRETRAINED_DIR`) or anything below them, however the
+    path is spelled (relative, with ``..``, through a symbolic link): only ``--ship`` writes there."""
+    try:
+        resolved = Path(path).expanduser().resolve()
+        shipped = PRETRAINED_DIR.resolve()
+    except (OSError, RuntimeError) as error:  # a loop of links
+        raise ValueError(f"{what} {path} cannot be resolved ({error}): choose another folder.") from None
+    if resolved == shipped or shipped in resolved.parents:
+        raise ValueError(
+            f"{what} {path} is the package's shipped pretrained/ folder, which is read-only: "
+            "choose another folder (only reproduce --ship writes there)."
+        )
+
+
+def check_writable_folder(path: str | os.PathLike, what: str = "--output-dir", ship: bool = False) -> None:
+    """Refuse a folder that is a file, lies under a file, cannot be written, or (unless ``ship``) is the
+    shipped runs' folder or lies below it; nothing is created."""
+    if not ship:
+        check_not_shipped(path, what)
     path = Path(path).expanduser()
     existing = _nearest_existing(path)
     if not existing.is_dir():
@@ -526,7 +544,9 @@ def check_writable_folder(path: str | os.PathLike, what: str = "--output-dir") -
 
 
 def check_writable_file(path: str | os.PathLike, what: str = "--output") -> None:
-    """Refuse a file name that names a folder, or whose folder is missing or cannot be written."""
+    """Refuse a file name that names a folder, lies in the shipped runs' folder, or whose folder is
+    missing or cannot be written."""
+    check_not_shipped(path, what)
     path = Path(path).expanduser()
     if path.is_dir():
         raise ValueError(f"{what} {path} is a folder: give a file name, e.g. {path / 'per_sample.csv'}.")

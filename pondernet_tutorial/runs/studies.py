@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..methods import METHOD_OPTIONS
-from .config import PRETRAINED_DIR, ConfigMismatchError, TrainConfig, identity_differences
+from .config import PRETRAINED_DIR, ConfigMismatchError, TrainConfig, check_not_shipped, identity_differences
 from .files import folder_lock, read_json, write_csv, write_json
 from .processes import is_rank_zero, stop_on_signals
 
@@ -314,6 +314,8 @@ def reproduce(
     """
     if ship and (quick or common.get("train_subset")):
         raise ValueError("quick runs (--quick or --train-subset) are never shipped as pretrained results.")
+    if not ship:
+        check_not_shipped(output_dir, "output_dir")  # the shipped runs are read-only without ship
     root = PRETRAINED_DIR if ship else Path(output_dir)
     chosen = [get_study(name) for name in studies]
     start = time.perf_counter()

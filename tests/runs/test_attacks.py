@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 import test_faults
 from test_faults import TINY_ARGS, leftovers, tiny
 
 from pondernet_tutorial.runs import cli, studies, training
+from pondernet_tutorial.runs.config import PRETRAINED_DIR
 from pondernet_tutorial.runs.processes import Interrupted
 from pondernet_tutorial.runs.studies import reproduce
 from pondernet_tutorial.runs.training import train
@@ -69,3 +71,59 @@ def test_sigterm_during_reproduce_exits_143_and_the_rerun_finishes(tmp_path, mon
     monkeypatch.setitem(studies.STUDIES, "faults", tiny_study)
     reproduce(["faults"], output_dir=tmp_path, quick=True)
     assert json.loads((tmp_path / "studies" / "faults" / "study.json").read_text())["n_runs"] == 2
+
+
+# ---------------------------------------------------------------------------------------------------
+# Row 3: the shipped runs are read-only without --ship
+
+
+def snapshot(folder: Path) -> dict:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+def shipped_spellings(tmp_path) -> list[str]:
+    """The shipped folder as itself, below it, relative with ``..``, and through a symbolic link."""
+    link = tmp_path / "link"
+    link.symlink_to(PRETRAINED_DIR)
+    relative = os.path.relpath(PRETRAINED_DIR / "parity-interpolation", Path.cwd())
+    return [
+        str(PRETRAINED_DIR),
+        str(PRETRAINED_DIR / "new" / "deeper"),
+        str(PRETRAINED_DIR / ".." / "pretrained"),
+        relative,
+        str(link),
+        str(link / "studies"),
+    ]
+
+
+def every_command(folder: str) -> list[list[str]]:
+    return [
+        ["train", *map(str, TINY_ARGS), "--output-dir", folder],
+        ["train", "--quick", "--overwrite", "--output-dir", folder],
+        ["reproduce", "--quick", "--output-dir", folder],
+        ["reproduce", "--study", "all", "--overwrite", "--output-dir", folder],
+        ["evaluate", "--pretrained", "parity-interpolation", "--output", str(Path(folder) / "x.csv")],
+    ]
+
+
+def test_no_command_writes_into_the_shipped_folder_without_ship(tmp_path, monkeypatch, capsys):
+    def no_work(*args, **kwargs):
+        raise AssertionError("work started")
+
+    monkeypatch.setattr(training, "train", no_work)
+    monkeypatch.setattr(studies, "reproduce", no_work)
+    before = snapshot(PRETRAINED_DIR)
+    for folder in shipped_spellings(tmp_path):
+        for argv in every_command(folder):
+            assert cli.main(argv) == 2, argv
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and "read-only" in err[0], (argv, err)
+    assert snapshot(PRETRAINED_DIR) == before
+
+
+def test_reproduce_from_python_refuses_the_shipped_folder(tmp_path):
+    link = tmp_path / "link"
+    link.symlink_to(PRETRAINED_DIR)
+    for folder in (PRETRAINED_DIR, link / "x"):
+        with pytest.raises(ValueError, match="read-only"):
+            reproduce(["mnist-reference"], output_dir=folder, quick=True)
