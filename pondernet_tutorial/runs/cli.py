@@ -339,6 +339,16 @@ def _run(args) -> int:
             )
     except errors as error:
         raise UserError(str(error)) from error
+    except (MemoryError, RuntimeError) as error:  # the allocator's refusal: one line, no traceback
+        text = " ".join(str(error).split())
+        if not isinstance(error, MemoryError) and not any(
+            word in text.lower() for word in ("alloc", "out of memory", "not enough memory")
+        ):
+            raise
+        raise UserError(
+            f"out of memory ({text[:200] or 'MemoryError'}): choose smaller sizes (--batch-size, "
+            "--step-option hidden_size=..., --max-steps)."
+        ) from None
     return 0
 
 

@@ -25,7 +25,18 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..methods import METHOD_OPTIONS, METHODS, NAMED_IN_FOLDER
-from ..options import Option, above, at_least, between, check_max_steps
+from ..options import (
+    BATCH_REASON,
+    EPOCHS_REASON,
+    MAX_BATCH,
+    MAX_EPOCHS,
+    Option,
+    above,
+    at_least,
+    between,
+    check_max_steps,
+    in_range,
+)
 from ..registry import EXPERIMENTS, get_experiment
 from ..steps import STEP_OPTIONS, STEPS
 
@@ -177,9 +188,12 @@ class TrainConfig:
         + "; ".join(f"{step}: {', '.join(options)}" for step, options in STEP_OPTIONS.items()),
     )
     epochs: int | None = setting(
-        int, 20, "most training epochs (parity: an epoch is 1,000 batches)", check=at_least(1)
+        int,
+        20,
+        "most training epochs (parity: an epoch is 1,000 batches)",
+        check=in_range(1, MAX_EPOCHS, EPOCHS_REASON),
     )
-    batch_size: int | None = setting(int, 128, "batch size", check=at_least(1))
+    batch_size: int | None = setting(int, 128, "batch size", check=in_range(1, MAX_BATCH, BATCH_REASON))
     lr: float | None = setting(float, 1e-3, "Adam learning rate", check=above(0))
     grad_clip: float | None = setting(float, 0.5, "gradient-norm clipping, 0 for none", check=at_least(0))
     max_steps: int | None = setting(

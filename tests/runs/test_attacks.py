@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 import test_faults
-from test_faults import TINY_ARGS, leftovers, tiny
+from test_faults import TINY_ARGS, gadget_checkpoint, leftovers, tiny
 
-from pondernet_tutorial.runs import cli, studies, training
+from pondernet_tutorial.runs import checkpoints, cli, studies, training
+from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model
 from pondernet_tutorial.runs.config import PRETRAINED_DIR
 from pondernet_tutorial.runs.processes import Interrupted
 from pondernet_tutorial.runs.studies import reproduce
@@ -127,3 +128,109 @@ def test_reproduce_from_python_refuses_the_shipped_folder(tmp_path):
     for folder in (PRETRAINED_DIR, link / "x"):
         with pytest.raises(ValueError, match="read-only"):
             reproduce(["mnist-reference"], output_dir=folder, quick=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rows 4-7: bounds on every size
+
+
+def no_allocation(monkeypatch):
+    """Building a real (not ``meta``) model fails the test: the refusal must come before."""
+    import torch
+
+    real = torch.nn.Linear.__init__
+
+    def guarded(self, *args, **kwargs):
+        if kwargs.get("device") is None and torch.get_default_device().type != "meta":
+            if any(isinstance(a, int) and a > 100_000 for a in args):
+                raise AssertionError("a huge layer was allocated")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Linear, "__init__", guarded)
+
+
+@pytest.mark.parametrize(
+    "hparams",
+    [
+        {"step_options": {"n_elements": 16, "hidden_size": 10**11}},
+        {"step_options": {"n_elements": 16, "hidden_size": 40_000}},
+        {"step_options": {"n_elements": 10**9, "hidden_size": 8}},
+        {"method_options": {"max_steps": 10**12}},
+        {"method_options": {"max_steps": 3, "eval_max_steps": 10**12}},
+        {"method": "act", "method_options": {"max_steps": 3, "eval_max_steps": 10**9}},
+        {"n_classes": 10**11},
+        {"step": "mnist_mlp", "n_classes": 10, "step_options": {"embedding_size": 10**6}},
+        {"step": "pointer_attention", "n_classes": 8, "step_options": {"n_slots": 8, "key_size": 10**7}},
+    ],
+)
+@pytest.mark.parametrize("trust_code", [False, True])
+def test_a_checkpoint_with_a_huge_size_is_refused_before_anything_is_allocated(
+    tmp_path, monkeypatch, hparams, trust_code
+):
+    path = gadget_checkpoint(tmp_path / "model.pt", **hparams)
+    no_allocation(monkeypatch)
+    with pytest.raises(CheckpointError) as caught:
+        load_model(path, trust_code=trust_code)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_model_with_too_many_weights_is_refused_even_within_each_maximum(tmp_path, monkeypatch):
+    """A step named by its import path (trust_code) takes no declared options: the weights estimated
+    on the meta device decide."""
+    import pondernet_tutorial.options as options
+
+    monkeypatch.setattr(options, "MAX_PARAMETERS", 1000)
+    monkeypatch.setattr(checkpoints, "MAX_PARAMETERS", 1000)
+    path = gadget_checkpoint(tmp_path / "model.pt", step="pondernet_tutorial.steps.parity:ParityStep")
+    with pytest.raises(CheckpointError, match="weights"):
+        load_model(path, trust_code=True)
+
+
+def test_an_allocator_error_while_building_is_one_line(tmp_path, monkeypatch):
+    path = gadget_checkpoint(tmp_path / "model.pt")
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: not enough memory")
+
+    import torch
+
+    monkeypatch.setattr(checkpoints, "_check_sizes", lambda *a: None)
+    monkeypatch.setattr(torch.nn.Linear, "__init__", refuse)
+    with pytest.raises(CheckpointError, match="does not fit in memory"):
+        load_model(path)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--step-option", "hidden_size=1000000"],
+        [
+            "--step",
+            "mnist_mlp",
+            "--experiment",
+            "mnist-interpolation",
+            "--step-option",
+            "embedding_size=10**6",
+        ],
+        ["--batch-size", str(10**12)],
+        ["--max-steps", str(10**12)],
+        ["--method", "act", "--eval-max-steps", str(10**12)],
+        ["--eval-max-steps", str(10**5)],
+        ["--epochs", str(10**12)],
+        ["--experiment", "pointer-extrapolation", "--step-option", "key_size=99999"],
+    ],
+)
+def test_a_huge_size_on_the_command_line_is_one_line(tmp_path, capsys, argv):
+    assert cli.main(["train", *argv, "--output-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:"), err
+
+
+def test_out_of_memory_while_training_is_one_line(tmp_path, monkeypatch, capsys):
+    def refuse(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(training, "make_module", refuse)
+    assert cli.main(["train", *map(str, TINY_ARGS), "--output-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "out of memory" in err[0]
