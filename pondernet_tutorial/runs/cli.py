@@ -8,7 +8,6 @@ neither PyTorch nor Lightning.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from dataclasses import fields
@@ -424,9 +423,11 @@ def _evaluate(args) -> None:
 def _recorded_experiment(checkpoint) -> str | None:
     """The experiment that the metadata.json beside a checkpoint records, if it is there and readable."""
     meta = checkpoint.with_name("metadata.json")
+    from .files import read_json
+
     try:
-        return json.loads(meta.read_text())["config"]["experiment"]
-    except (OSError, ValueError, KeyError, TypeError):
+        return read_json(meta)["config"]["experiment"]
+    except (KeyError, TypeError):
         return None
 
 

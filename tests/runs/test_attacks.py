@@ -234,3 +234,67 @@ def test_out_of_memory_while_training_is_one_line(tmp_path, monkeypatch, capsys)
     assert cli.main(["train", *map(str, TINY_ARGS), "--output-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "out of memory" in err[0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rows 8-11: files are read only when regular and small; a damaged lock is reported, never spun on
+
+
+@pytest.mark.parametrize("how", ["dangling", "folder", "fifo", "devzero"])
+def test_a_lock_that_cannot_be_read_is_damaged_in_one_line_without_spinning(tmp_path, how):
+    import threading
+
+    from pondernet_tutorial.runs.files import FolderLockedError, folder_lock
+
+    folder = tmp_path / "seed0"
+    lock = tmp_path / "seed0.lock"
+    if how == "dangling":
+        lock.symlink_to(tmp_path / "nowhere")
+    elif how == "folder":
+        lock.mkdir()
+    elif how == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.symlink_to("/dev/zero")
+    outcome = []
+
+    def take():
+        try:
+            with folder_lock(folder, wait=True, doing="training it"):
+                outcome.append("taken")
+        except FolderLockedError as error:
+            outcome.append(str(error))
+
+    thread = threading.Thread(target=take, daemon=True)
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive(), "the lock loop spins or blocks"
+    assert len(outcome) == 1 and "damaged" in outcome[0] and "\n" not in outcome[0]
+
+
+@pytest.mark.parametrize("how", ["fifo", "devzero", "folder", "nested", "huge"])
+def test_metadata_that_is_not_a_small_regular_json_file_is_damaged_at_once(tmp_path, how, capsys):
+    import threading
+
+    from pondernet_tutorial.runs.files import read_json
+
+    meta = tmp_path / "metadata.json"
+    if how == "fifo":
+        os.mkfifo(meta)
+    elif how == "devzero":
+        meta.symlink_to("/dev/zero")
+    elif how == "folder":
+        meta.mkdir()
+    elif how == "nested":
+        meta.write_text("[" * 100_000)
+    else:
+        with open(meta, "wb") as file:
+            file.truncate(2**31)  # sparse: 2 GB that read whole would be held in memory
+    result = []
+    thread = threading.Thread(target=lambda: result.append(read_json(meta)), daemon=True)
+    thread.start()
+    thread.join(5)
+    assert result == [None]
+    (tmp_path / "model.pt").write_bytes(b"")
+    assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "model.pt")]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
