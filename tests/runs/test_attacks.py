@@ -298,3 +298,19 @@ def test_metadata_that_is_not_a_small_regular_json_file_is_damaged_at_once(tmp_p
     (tmp_path / "model.pt").write_bytes(b"")
     assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "model.pt")]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------------------
+# Row 12: a run folder that is a symbolic link is refused
+
+
+def test_a_run_folder_that_is_a_symlink_outside_is_refused_and_nothing_outside_is_touched(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("mine")
+    config = tiny(tmp_path / "runs")
+    config.run_dir.parent.mkdir(parents=True)
+    config.run_dir.symlink_to(outside)
+    with pytest.raises(FileExistsError, match="symbolic link"):
+        train(config)
+    assert (outside / "keep").read_text() == "mine" and not (outside / "model.pt").exists()
