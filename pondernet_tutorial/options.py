@@ -115,6 +115,47 @@ def at_least(low: float) -> Check:
     return check
 
 
+def at_most(high: float, reason: str) -> Check:
+    """The check ``value <= high``; ``reason`` says why the maximum is there (memory, time)."""
+
+    def check(value, name):
+        if not value <= high:
+            raise ValueError(f"{name} must be <= {high:,} ({reason}), got {value!r}.")
+        return value
+
+    return check
+
+
+def in_range(low: float, high: float, reason: str) -> Check:
+    """The check ``low <= value <= high``: a declared maximum, with its reason, on a size."""
+    lower, upper = at_least(low), at_most(high, reason)
+
+    def check(value, name):
+        return upper(lower(value, name), name)
+
+    return check
+
+
+# ------------------------------------------------------------------ maxima of the sizes
+# Every option that sizes memory or time has a maximum, declared here once with its reason, so that no
+# option and no checkpoint can ask for terabytes or for years: each lies far above what the book uses
+# (hidden 256, embedding 64, N 100, batch 128, 96 elements, 80 epochs) and far below what fails.
+MAX_WIDTH = 4096  # hidden, embedding and key sizes: a 4096-wide GRU holds 100 M weights (400 MB)
+WIDTH_REASON = "a layer's width; wider layers hold more weights than fit in memory"
+MAX_STEPS = 1000  # N, at training and evaluation: every step keeps its activations for the backward pass
+STEPS_REASON = "the most pondering steps; each step keeps its activations in memory"
+MAX_BATCH = 65536  # samples per batch: activations grow with batch x steps x width
+BATCH_REASON = "samples per batch; activations grow with batch x steps x width"
+MAX_ELEMENTS = (
+    4096  # parity's vector length, pointer chasing's slots: inputs and the first layer grow with it
+)
+ELEMENTS_REASON = "the input's length; the inputs and the first layer grow with it"
+MAX_EPOCHS = 10000  # training time
+EPOCHS_REASON = "training time"
+MAX_PARAMETERS = 200_000_000  # a model's weights: 800 MB in float32, 25 times the largest model of the book
+PARAMETERS_REASON = "the model's weights: 800 MB in float32"
+
+
 def above(low: float) -> Check:
     """The check ``value > low``."""
 
@@ -170,6 +211,8 @@ def check_max_steps(max_steps: int, name: str = "max_steps") -> int:
         or max_steps < 1
     ):
         raise ValueError(f"{name} must be an integer >= 1, got {max_steps!r}.")
+    if max_steps > MAX_STEPS:
+        raise ValueError(f"{name} must be <= {MAX_STEPS:,} ({STEPS_REASON}), got {max_steps!r}.")
     return int(max_steps)
 
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 from ..options import (
     KL_DIRECTIONS,
     Option,
-    at_least,
     check_beta,
     check_epsilon,
     check_finite,
     check_kl_direction,
     check_lambda_p,
+    check_max_steps,
     check_tau,
 )
 
@@ -46,7 +46,7 @@ _EVAL_MAX_STEPS = Option(
     None,
     "the most steps at evaluation and inference (none: max_steps); more than max_steps lets an input use "
     "more steps than any input did in training, as the paper's evaluation without a limit does",
-    check=at_least(1),
+    check=check_max_steps,
     optional=True,
     omitted_at_default=True,
 )
@@ -100,7 +100,7 @@ METHOD_OPTIONS: dict[str, dict[str, Option]] = {
             None,
             "the steps at evaluation and inference (none: max_steps, the k it was trained with); the answer is "
             "the last one's",
-            check=at_least(1),
+            check=check_max_steps,
             optional=True,
             omitted_at_default=True,
         )

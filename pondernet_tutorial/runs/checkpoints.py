@@ -28,9 +28,10 @@ from pathlib import Path
 import torch
 
 from ..lightning_module import PonderLitModule
-from ..methods import METHODS
+from ..methods import METHOD_OPTIONS, METHODS
+from ..options import MAX_PARAMETERS, PARAMETERS_REASON, check_max_steps
 from ..registry import LOSSES, UnregisteredComponentError, check_registered, is_plain
-from ..steps import STEPS
+from ..steps import STEP_OPTIONS, STEPS
 from .build import make_module
 from .config import PRETRAINED_DIR, TrainConfig, _plain, check_same_identity, identity_differences
 from .files import read_json, torch_save
@@ -97,6 +98,54 @@ def _check_registered_only(hparams: dict, path: Path) -> None:
                 raise UnregisteredComponentError(f"its {name} are not a dictionary")
     except UnregisteredComponentError as error:
         raise CheckpointError(f"{path}: {error}; nothing was imported or run. {TRUST_HINT}.") from None
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return (text[:300] or type(error).__name__).rstrip(".") + "."
+
+
+def _check_sizes(hparams: dict, path: Path) -> None:
+    """Refuse a checkpoint whose sizes exceed the declared maxima (:mod:`pondernet_tutorial.options`),
+    or whose model would hold more than ``MAX_PARAMETERS`` weights, before anything is allocated: the
+    model is first built on PyTorch's ``meta`` device, which holds shapes and no memory. Activation
+    memory grows with the batch, the steps and the widths, each bounded by its own declared maximum."""
+    try:
+        step, method = hparams.get("step"), hparams.get("method", "pondernet")
+        for name, declared, values in (
+            ("step option", STEP_OPTIONS.get(step, {}) if isinstance(step, str) else {}, "step_options"),
+            (
+                "method option",
+                METHOD_OPTIONS.get(method, {}) if isinstance(method, str) else {},
+                "method_options",
+            ),
+        ):
+            given = hparams.get(values) or {}
+            if not isinstance(given, dict):
+                raise ValueError(f"its {values} are not a dictionary")
+            for key, value in given.items():
+                if key in declared:
+                    declared[key].validate(f"{name} {key}", value)
+                elif key in ("max_steps", "eval_max_steps") and value is not None:
+                    check_max_steps(value, f"{name} {key}")
+        n_classes = hparams.get("n_classes")
+        if isinstance(n_classes, int) and not 1 <= n_classes <= 100_000:
+            raise ValueError(f"n_classes must lie in [1, 100,000], got {n_classes}")
+    except ValueError as error:
+        raise CheckpointError(f"{path} has hyperparameters out of range: {_one_line(error)}") from None
+    try:
+        with torch.device("meta"):
+            model = PonderLitModule(**hparams)
+        n = sum(t.numel() for t in model.parameters()) + sum(t.numel() for t in model.buffers())
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"{path} has hyperparameters this package does not accept: {error}") from None
+    except (MemoryError, RuntimeError, NotImplementedError):  # a component that cannot be built on meta
+        return
+    if n > MAX_PARAMETERS:
+        raise CheckpointError(
+            f"{path} describes a model of {n:,} weights, more than {MAX_PARAMETERS:,} ({PARAMETERS_REASON}): "
+            "it is not a model of this package's experiments."
+        )
 
 
 def _hparams_differences(saved: dict, expected: dict) -> str:
@@ -174,10 +223,15 @@ def load_model(
             )
     if not trust_code and asked is None:
         _check_registered_only(hparams, path)
+    _check_sizes(hparams, path)  # before anything is allocated
     try:
         module = PonderLitModule(**hparams)
     except (TypeError, ValueError) as error:
         raise CheckpointError(f"{path} has hyperparameters this package does not accept: {error}") from None
+    except (MemoryError, RuntimeError) as error:  # the allocator's refusal
+        raise CheckpointError(
+            f"{path} describes a model that does not fit in memory: {_one_line(error)}"
+        ) from None
     try:
         module.load_state_dict(blob["state_dict"])
     except RuntimeError as error:

@@ -8,7 +8,6 @@ neither PyTorch nor Lightning.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from dataclasses import fields
@@ -220,16 +219,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    from .processes import stop_on_signals
+
     try:
-        code = _run(args)
+        with stop_on_signals():  # SIGINT, SIGTERM, SIGHUP: a failure (128 + the signal), never exit 0
+            code = _run(args)
         sys.stdout.flush()  # a reader that stopped early (| head) shows here, inside the try
         return code
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as error:
+        print(f"error: {_interrupted_line(args, error)}", file=sys.stderr)
+        return getattr(error, "exit_code", 130)
     except BrokenPipeError:  # the reader of the output went away: no traceback, as Python's docs advise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+
+
+def _interrupted_line(args, error) -> str:
+    """What an interrupted command kept, and what to rerun."""
+    stop = str(error) if str(error).startswith("interrupted") else "interrupted"
+    if args.command == "train":
+        kept = "the run's folder holds no finished model.pt (runs already finished are untouched)"
+        rerun = "rerun the same command to train it again"
+    elif args.command == "reproduce":
+        kept = f"the runs finished so far are kept in {args.output_dir if not args.ship else 'pretrained/'}"
+        rerun = "rerun the same command to train the rest and write the study tables"
+    else:
+        kept, rerun = "nothing was written", "rerun the command"
+    return f"{stop}: {kept}; {rerun}."
 
 
 def _user_errors():
@@ -287,7 +306,9 @@ def _run(args) -> int:
         given = _config_values(args, REPRODUCE_OPTIONS)
         checked = _config({"quick": args.quick, **given})  # the shared options, before any training
         common = {name: getattr(checked, name) for name in given}  # as checked (devices "2" -> 2)
-        _checked(check_writable_folder, PRETRAINED_DIR if args.ship else args.output_dir)
+        _checked(
+            check_writable_folder, PRETRAINED_DIR if args.ship else args.output_dir, "--output-dir", args.ship
+        )
     errors = _user_errors()
     try:
         if args.command == "train":
@@ -317,6 +338,16 @@ def _run(args) -> int:
             )
     except errors as error:
         raise UserError(str(error)) from error
+    except (MemoryError, RuntimeError) as error:  # the allocator's refusal: one line, no traceback
+        text = " ".join(str(error).split())
+        if not isinstance(error, MemoryError) and not any(
+            word in text.lower() for word in ("alloc", "out of memory", "not enough memory")
+        ):
+            raise
+        raise UserError(
+            f"out of memory ({text[:200] or 'MemoryError'}): choose smaller sizes (--batch-size, "
+            "--step-option hidden_size=..., --max-steps)."
+        ) from None
     return 0
 
 
@@ -392,9 +423,11 @@ def _evaluate(args) -> None:
 def _recorded_experiment(checkpoint) -> str | None:
     """The experiment that the metadata.json beside a checkpoint records, if it is there and readable."""
     meta = checkpoint.with_name("metadata.json")
+    from .files import read_json
+
     try:
-        return json.loads(meta.read_text())["config"]["experiment"]
-    except (OSError, ValueError, KeyError, TypeError):
+        return read_json(meta)["config"]["experiment"]
+    except (KeyError, TypeError):
         return None
 
 

@@ -25,7 +25,18 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..methods import METHOD_OPTIONS, METHODS, NAMED_IN_FOLDER
-from ..options import Option, above, at_least, between, check_max_steps
+from ..options import (
+    BATCH_REASON,
+    EPOCHS_REASON,
+    MAX_BATCH,
+    MAX_EPOCHS,
+    Option,
+    above,
+    at_least,
+    between,
+    check_max_steps,
+    in_range,
+)
 from ..registry import EXPERIMENTS, get_experiment
 from ..steps import STEP_OPTIONS, STEPS
 
@@ -177,9 +188,12 @@ class TrainConfig:
         + "; ".join(f"{step}: {', '.join(options)}" for step, options in STEP_OPTIONS.items()),
     )
     epochs: int | None = setting(
-        int, 20, "most training epochs (parity: an epoch is 1,000 batches)", check=at_least(1)
+        int,
+        20,
+        "most training epochs (parity: an epoch is 1,000 batches)",
+        check=in_range(1, MAX_EPOCHS, EPOCHS_REASON),
     )
-    batch_size: int | None = setting(int, 128, "batch size", check=at_least(1))
+    batch_size: int | None = setting(int, 128, "batch size", check=in_range(1, MAX_BATCH, BATCH_REASON))
     lr: float | None = setting(float, 1e-3, "Adam learning rate", check=above(0))
     grad_clip: float | None = setting(float, 0.5, "gradient-norm clipping, 0 for none", check=at_least(0))
     max_steps: int | None = setting(
@@ -515,8 +529,26 @@ def _check_can_write_in(folder: Path, what: str) -> None:
         ) from error
 
 
-def check_writable_folder(path: str | os.PathLike, what: str = "--output-dir") -> None:
-    """Refuse a folder that is a file, lies under a file or cannot be written; nothing is created."""
+def check_not_shipped(path: str | os.PathLike, what: str = "--output-dir") -> None:
+    """Refuse the package's shipped runs (:data:`PRETRAINED_DIR`) or anything below them, however the
+    path is spelled (relative, with ``..``, through a symbolic link): only ``--ship`` writes there."""
+    try:
+        resolved = Path(path).expanduser().resolve()
+        shipped = PRETRAINED_DIR.resolve()
+    except (OSError, RuntimeError) as error:  # a loop of links
+        raise ValueError(f"{what} {path} cannot be resolved ({error}): choose another folder.") from None
+    if resolved == shipped or shipped in resolved.parents:
+        raise ValueError(
+            f"{what} {path} is the package's shipped pretrained/ folder, which is read-only: "
+            "choose another folder (only reproduce --ship writes there)."
+        )
+
+
+def check_writable_folder(path: str | os.PathLike, what: str = "--output-dir", ship: bool = False) -> None:
+    """Refuse a folder that is a file, lies under a file, cannot be written, or (unless ``ship``) is the
+    shipped runs' folder or lies below it; nothing is created."""
+    if not ship:
+        check_not_shipped(path, what)
     path = Path(path).expanduser()
     existing = _nearest_existing(path)
     if not existing.is_dir():
@@ -526,7 +558,9 @@ def check_writable_folder(path: str | os.PathLike, what: str = "--output-dir") -
 
 
 def check_writable_file(path: str | os.PathLike, what: str = "--output") -> None:
-    """Refuse a file name that names a folder, or whose folder is missing or cannot be written."""
+    """Refuse a file name that names a folder, lies in the shipped runs' folder, or whose folder is
+    missing or cannot be written."""
+    check_not_shipped(path, what)
     path = Path(path).expanduser()
     if path.is_dir():
         raise ValueError(f"{what} {path} is a folder: give a file name, e.g. {path / 'per_sample.csv'}.")

@@ -20,6 +20,7 @@ import json
 import os
 import secrets
 import socket
+import stat
 import sys
 import time
 from pathlib import Path
@@ -126,11 +127,35 @@ def torch_save(obj, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-def read_json(path: str | os.PathLike) -> dict | None:
-    """The JSON object in ``path``; ``None`` if the file is missing, empty or damaged."""
+MAX_READ_BYTES = 64 * 2**20  # metadata.json, study.json, locks: a few kB; a bigger file is damaged
+
+
+def read_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES) -> bytes:
+    """The bytes of ``path`` if it is a regular file (a link to one is followed) of at most ``cap``
+    bytes. A FIFO, a device (``/dev/zero``), a folder or a bigger file raises ``OSError`` at once:
+    nothing blocks, nothing is read without bound."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # missing, unreadable, not JSON (json.JSONDecodeError is a ValueError)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        if info.st_size > cap:
+            raise OSError(f"{path} holds {info.st_size:,} bytes, more than {cap:,}")
+        with os.fdopen(os.dup(fd), "rb") as file:
+            data = file.read(cap + 1)
+        if len(data) > cap:
+            raise OSError(f"{path} holds more than {cap:,} bytes")
+        return data
+    finally:
+        os.close(fd)
+
+
+def read_json(path: str | os.PathLike) -> dict | None:
+    """The JSON object in ``path``; ``None`` if the file is missing, empty, damaged, not a regular file,
+    too big, or nested too deep (a ``RecursionError``)."""
+    try:
+        data = json.loads(read_regular(path).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return None
     return data if isinstance(data, dict) else None
 
@@ -154,15 +179,26 @@ def _lock_path(folder: Path) -> Path:
 def _read_holder(lock: Path) -> dict | None:
     """The holder recorded in a lock file; ``{}`` while it is being written; ``None`` if it is gone."""
     try:
-        text = lock.read_text()
-        age = time.time() - lock.stat().st_mtime
+        info = os.lstat(lock)
     except FileNotFoundError:
         return None
+    if not stat.S_ISREG(info.st_mode):  # a link (dangling or not), a folder, a FIFO: never retried at once
+        raise FolderLockedError(
+            f"the lock {lock} is damaged (not a regular file): remove it if no process uses this "
+            "folder, then run again."
+        )
+    try:
+        text = read_regular(lock, 2**16).decode("utf-8", "replace")
+        age = time.time() - info.st_mtime
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise FolderLockedError(f"the lock {lock} is damaged ({error}): remove it, then run again.") from None
     try:
         holder = json.loads(text)
         if isinstance(holder, dict) and isinstance(holder.get("pid"), int):
             return holder
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     # empty or damaged: being written right now, or its writer died at once (stale after a minute)
     return {} if age < 60 else {"pid": -1, "host": socket.gethostname(), "damaged": True}

@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 PARENT_VARIABLE = "PONDERNET_PARENT_PID"  # the process whose children must end with it
@@ -111,3 +112,76 @@ def end_with_parent(parent: int | None = None) -> None:
         threading.Thread(target=_watch, args=(parent,), daemon=True, name="end-with-parent").start()
     if os.getppid() != parent:  # it ended while we did
         os._exit(1)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop by a signal (SIGINT, SIGTERM or SIGHUP): never a success. A ``KeyboardInterrupt``, so that a
+    caller's ``except KeyboardInterrupt`` sees it; ``exit_code`` is the shell's ``128 + signal``."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        super().__init__(int(signum))
+        self.signum = int(signum)
+
+    @property
+    def name(self) -> str:
+        try:
+            return signal.Signals(self.signum).name
+        except ValueError:
+            return f"signal {self.signum}"
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+    def __str__(self) -> str:
+        return f"interrupted by {self.name}"
+
+
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+_received: list[int] = []  # the stop signals this process received, in order
+
+
+def _raise_interrupted(signum, frame):
+    _received.append(signum)
+    raise Interrupted(signum)
+
+
+@contextmanager
+def stop_on_signals():
+    """Inside: SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted`, so that ``finally`` blocks run
+    (locks are released, nothing half-written stays) and the stop is reported as a failure.
+
+    Lightning turns a KeyboardInterrupt into ``sys.exit(1)`` and SIGTERM into a ``SystemExit`` without a
+    code (exit status 0: a success); both are turned back into :class:`Interrupted` here. Outside the
+    main thread, and for a signal that the caller ignores (``nohup``), nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for number in STOP_SIGNALS:
+        handler = signal.getsignal(number)
+        if handler is signal.SIG_IGN:
+            continue
+        previous[number] = handler
+        signal.signal(number, _raise_interrupted)
+    mark = len(_received)
+    try:
+        yield
+    except SystemExit as error:
+        received = _received[mark:]
+        if received:
+            raise Interrupted(received[0]) from None
+        if type(error).__name__ == "SIGTERMException":  # Lightning's, if its own handler ran alone
+            raise Interrupted(signal.SIGTERM) from None
+        raise
+    except KeyboardInterrupt as error:
+        if isinstance(error, Interrupted):
+            raise
+        received = _received[mark:]
+        raise Interrupted(received[0] if received else signal.SIGINT) from None
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..methods import METHOD_OPTIONS
-from .config import PRETRAINED_DIR, ConfigMismatchError, TrainConfig, identity_differences
+from .config import PRETRAINED_DIR, ConfigMismatchError, TrainConfig, check_not_shipped, identity_differences
 from .files import folder_lock, read_json, write_csv, write_json
-from .processes import is_rank_zero
+from .processes import is_rank_zero, stop_on_signals
 
 if TYPE_CHECKING:  # pandas is imported where it is used: listing the studies stays light
     import pandas as pd
@@ -294,10 +294,16 @@ def _run_all(arguments: list[tuple], jobs: int) -> list[dict]:
             initializer=end_with_parent,  # the workers end with this process
             initargs=(os.getpid(),),
         ) as pool:
-            records = list(pool.map(run_one, *zip(*first)))
-            busy = [a for a, r in zip(arguments, records) if r.get("done") == "busy"]
-            if busy:
-                later = list(pool.map(run_one, *zip(*[(*a, True) for a in busy])))
+            try:
+                records = list(pool.map(run_one, *zip(*first)))
+                busy = [a for a, r in zip(arguments, records) if r.get("done") == "busy"]
+                if busy:
+                    later = list(pool.map(run_one, *zip(*[(*a, True) for a in busy])))
+            except KeyboardInterrupt:  # stopped: the workers stop too (SIGTERM: each releases its lock)
+                for process in list((pool._processes or {}).values()):
+                    process.terminate()
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
     else:
         records = [run_one(*a) for a in first]
         busy = [a for a, r in zip(arguments, records) if r.get("done") == "busy"]
@@ -330,6 +336,8 @@ def reproduce(
     """
     if ship and (quick or common.get("train_subset")):
         raise ValueError("quick runs (--quick or --train-subset) are never shipped as pretrained results.")
+    if not ship:
+        check_not_shipped(output_dir, "output_dir")  # the shipped runs are read-only without ship
     root = PRETRAINED_DIR if ship else Path(output_dir)
     chosen = [get_study(name) for name in studies]
     start = time.perf_counter()
@@ -346,7 +354,8 @@ def reproduce(
     limit_of = {c.run_dir: _quick_limit(c) if quick else None for c in configs.values()}
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
     arguments = [(c, limit_of[c.run_dir], overwrite, reevaluate, threads) for c in configs.values()]
-    records = _run_all(arguments, jobs)
+    with stop_on_signals():  # a stop is a failure: finished runs are kept, the rerun does the rest
+        records = _run_all(arguments, jobs)
     if not is_rank_zero():  # the other ranks of a DDP run only join rank 0's trainings
         return {}
     wall = round(time.perf_counter() - start, 1)

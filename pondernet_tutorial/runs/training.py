@@ -33,7 +33,7 @@ from .checkpoints import save_weights
 from .config import TrainConfig, check_same_identity
 from .cuda_graph import GraphedPonderLitModule
 from .files import check_unlocked, folder_lock, read_json, write_csv, write_json
-from .processes import end_with_parent, is_rank_zero, mark_parent
+from .processes import end_with_parent, is_rank_zero, mark_parent, stop_on_signals
 
 # Paths of the machine that trained a run: never recorded in its metadata (results are shared).
 MACHINE_FIELDS = ("data_dir", "output_dir")
@@ -223,9 +223,19 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
 
     Returns:
         the module with its best weights loaded (eval mode) and the metadata dictionary.
+
+    Raises:
+        Interrupted: (a ``KeyboardInterrupt``) on Ctrl-C, SIGTERM or SIGHUP; the folder keeps no
+            ``model.pt``, and the next call trains the run again.
     """
+    with stop_on_signals():  # a stop is a failure, never Lightning's exit status 0
+        return _train(config, overwrite, wait)
+
+
+def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[PonderLitModule, dict]:
     end_with_parent()  # a rank started by Lightning for a multi-process run ends with rank 0
     run_dir = config.run_dir
+    check_inside(run_dir, config.output_dir)  # never a lock, mkdir or rmtree outside the output folder
     if not wait:
         check_unlocked(run_dir, doing="training it")  # say so before anything is built
     if not overwrite and is_rank_zero() and completed_run(run_dir, config) is not None:
@@ -292,6 +302,25 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
         save_weights(module, run_dir / "model.pt")  # last: a run with model.pt is complete
         return module, metadata
+
+
+def check_inside(run_dir: Path, output_dir) -> None:
+    """Refuse a run folder (or a folder on its way) that is a symbolic link, or that resolves outside
+    ``output_dir``: training deletes and rewrites it."""
+    base = Path(output_dir).expanduser()
+    relative = Path(os.path.relpath(Path(run_dir).expanduser().absolute(), base.absolute()))
+    here = base
+    for part in relative.parts:
+        here = here / part
+        if part == ".." or here.is_symlink():
+            raise FileExistsError(
+                f"the run folder {run_dir} is a symbolic link or lies outside {output_dir} ({here}): "
+                "remove it, or choose another --output-dir."
+            )
+    if base.resolve() not in Path(run_dir).expanduser().resolve().parents:
+        raise FileExistsError(
+            f"the run folder {run_dir} resolves outside {output_dir}: choose another --output-dir."
+        )
 
 
 def _stopping_reason(stopping, epochs_run: int, max_epochs: int) -> str:

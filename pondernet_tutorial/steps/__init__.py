@@ -15,7 +15,7 @@ one of the experiment's data options (parity's ``n_elements``) must equal it.
 
 from __future__ import annotations
 
-from ..options import Option, at_least, between
+from ..options import ELEMENTS_REASON, MAX_ELEMENTS, MAX_WIDTH, WIDTH_REASON, Option, between, in_range
 
 # Import paths, resolved when used: listing the names imports no PyTorch (fast --help).
 STEPS: dict[str, str] = {
@@ -28,14 +28,20 @@ STEPS: dict[str, str] = {
 }
 
 _HIDDEN_SIZE = Option(
-    int, help="units of the hidden state and of the layers before the heads", check=at_least(1)
+    int,
+    help="units of the hidden state and of the layers before the heads",
+    check=in_range(1, MAX_WIDTH, WIDTH_REASON),
 )
-_EMBEDDING_SIZE = Option(int, help="size of the CNN's embedding", check=at_least(1))
+_EMBEDDING_SIZE = Option(int, help="size of the CNN's embedding", check=in_range(1, MAX_WIDTH, WIDTH_REASON))
 _DROPOUT = Option(
     float, help="Dropout2d probability in the CNN, in [0, 1)", check=between(0, 1, closed="left")
 )
 _PARITY = {
-    "n_elements": Option(int, help="length of the input vectors (the experiment's)", check=at_least(1)),
+    "n_elements": Option(
+        int,
+        help="length of the input vectors (the experiment's)",
+        check=in_range(1, MAX_ELEMENTS, ELEMENTS_REASON),
+    ),
     "hidden_size": _HIDDEN_SIZE,
 }
 # The keyword options of each step function's constructor (besides n_classes); their defaults are the
@@ -47,9 +53,15 @@ STEP_OPTIONS: dict[str, dict[str, Option]] = {
     "parity_gru": _PARITY,
     "parity_rnn": _PARITY,
     "pointer_attention": {
-        "n_slots": Option(int, help="slots per sample (the experiment's)", check=at_least(2)),
+        "n_slots": Option(
+            int, help="slots per sample (the experiment's)", check=in_range(2, MAX_ELEMENTS, ELEMENTS_REASON)
+        ),
         "hidden_size": _HIDDEN_SIZE,
-        "key_size": Option(int, help="size of the slots' keys, values and the query", check=at_least(1)),
+        "key_size": Option(
+            int,
+            help="size of the slots' keys, values and the query",
+            check=in_range(1, MAX_WIDTH, WIDTH_REASON),
+        ),
         "exit_feature": Option(
             bool,
             True,

@@ -1,0 +1,316 @@
+"""Issue 22's attacks: a stop is never a success, the shipped runs cannot be overwritten, no option or
+file sizes memory without bound, files are read only when they are regular and small, and folder names
+stay inside the output folder. Each test failed on the code before these changes (67639c4)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import test_faults
+from test_faults import TINY_ARGS, gadget_checkpoint, leftovers, tiny
+
+from pondernet_tutorial.runs import checkpoints, cli, studies, training
+from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model
+from pondernet_tutorial.runs.config import PRETRAINED_DIR
+from pondernet_tutorial.runs.processes import Interrupted
+from pondernet_tutorial.runs.studies import reproduce
+from pondernet_tutorial.runs.training import train
+
+tiny_study = pytest.fixture(test_faults.tiny_study.__wrapped__)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rows 1-2: interrupted means failed
+
+SIGNALS = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
+
+
+def send_at_first_epoch(monkeypatch, signum):
+    def send(self, trainer, pl_module):
+        os.kill(os.getpid(), signum)
+
+    monkeypatch.setattr(training.History, "on_train_epoch_start", send)
+
+
+@pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: s.name)
+def test_a_signal_during_train_raises_keyboard_interrupt_and_keeps_no_model(tmp_path, monkeypatch, signum):
+    config = tiny(tmp_path)
+    send_at_first_epoch(monkeypatch, signum)
+    with pytest.raises(KeyboardInterrupt) as caught:  # never SystemExit: a caller's except sees it
+        train(config)
+    assert isinstance(caught.value, Interrupted) and caught.value.exit_code == 128 + signum
+    assert not (config.run_dir / "model.pt").exists()
+    assert leftovers(tmp_path) == []  # the lock is released
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the caller's handlers come back
+
+
+@pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: s.name)
+def test_a_signal_during_the_train_command_exits_128_plus_it_in_one_line(
+    tmp_path, monkeypatch, capsys, signum
+):
+    send_at_first_epoch(monkeypatch, signum)
+    code = cli.main(["train", *map(str, TINY_ARGS), "--output-dir", str(tmp_path)])
+    assert code == 128 + signum
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"error: interrupted by {signum.name}") and "rerun" in err[-1]
+    assert not list(tmp_path.rglob("model.pt"))
+
+
+def test_sigterm_during_reproduce_exits_143_and_the_rerun_finishes(tmp_path, monkeypatch, capsys, tiny_study):
+    send_at_first_epoch(monkeypatch, signal.SIGTERM)
+    code = cli.main(["reproduce", "--study", "faults", "--quick", "--output-dir", str(tmp_path)])
+    assert code == 143
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("error: interrupted by SIGTERM") and "rerun" in line
+    assert not (tmp_path / "studies" / "faults" / "study.json").exists()
+    assert leftovers(tmp_path) == []
+    monkeypatch.undo()
+    monkeypatch.setitem(studies.STUDIES, "faults", tiny_study)
+    reproduce(["faults"], output_dir=tmp_path, quick=True)
+    assert json.loads((tmp_path / "studies" / "faults" / "study.json").read_text())["n_runs"] == 2
+
+
+# ---------------------------------------------------------------------------------------------------
+# Row 3: the shipped runs are read-only without --ship
+
+
+def snapshot(folder: Path) -> dict:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+def shipped_spellings(tmp_path) -> list[str]:
+    """The shipped folder as itself, below it, relative with ``..``, and through a symbolic link."""
+    link = tmp_path / "link"
+    link.symlink_to(PRETRAINED_DIR)
+    relative = os.path.relpath(PRETRAINED_DIR / "parity-interpolation", Path.cwd())
+    return [
+        str(PRETRAINED_DIR),
+        str(PRETRAINED_DIR / "new" / "deeper"),
+        str(PRETRAINED_DIR / ".." / "pretrained"),
+        relative,
+        str(link),
+        str(link / "studies"),
+    ]
+
+
+def every_command(folder: str) -> list[list[str]]:
+    return [
+        ["train", *map(str, TINY_ARGS), "--output-dir", folder],
+        ["train", "--quick", "--overwrite", "--output-dir", folder],
+        ["reproduce", "--quick", "--output-dir", folder],
+        ["reproduce", "--study", "all", "--overwrite", "--output-dir", folder],
+        ["evaluate", "--pretrained", "parity-interpolation", "--output", str(Path(folder) / "x.csv")],
+    ]
+
+
+def test_no_command_writes_into_the_shipped_folder_without_ship(tmp_path, monkeypatch, capsys):
+    def no_work(*args, **kwargs):
+        raise AssertionError("work started")
+
+    monkeypatch.setattr(training, "train", no_work)
+    monkeypatch.setattr(studies, "reproduce", no_work)
+    before = snapshot(PRETRAINED_DIR)
+    for folder in shipped_spellings(tmp_path):
+        for argv in every_command(folder):
+            assert cli.main(argv) == 2, argv
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and "read-only" in err[0], (argv, err)
+    assert snapshot(PRETRAINED_DIR) == before
+
+
+def test_reproduce_from_python_refuses_the_shipped_folder(tmp_path):
+    link = tmp_path / "link"
+    link.symlink_to(PRETRAINED_DIR)
+    for folder in (PRETRAINED_DIR, link / "x"):
+        with pytest.raises(ValueError, match="read-only"):
+            reproduce(["mnist-reference"], output_dir=folder, quick=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rows 4-7: bounds on every size
+
+
+def no_allocation(monkeypatch):
+    """Building a real (not ``meta``) model fails the test: the refusal must come before."""
+    import torch
+
+    real = torch.nn.Linear.__init__
+
+    def guarded(self, *args, **kwargs):
+        if kwargs.get("device") is None and torch.get_default_device().type != "meta":
+            if any(isinstance(a, int) and a > 100_000 for a in args):
+                raise AssertionError("a huge layer was allocated")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Linear, "__init__", guarded)
+
+
+@pytest.mark.parametrize(
+    "hparams",
+    [
+        {"step_options": {"n_elements": 16, "hidden_size": 10**11}},
+        {"step_options": {"n_elements": 16, "hidden_size": 40_000}},
+        {"step_options": {"n_elements": 10**9, "hidden_size": 8}},
+        {"method_options": {"max_steps": 10**12}},
+        {"method_options": {"max_steps": 3, "eval_max_steps": 10**12}},
+        {"method": "act", "method_options": {"max_steps": 3, "eval_max_steps": 10**9}},
+        {"n_classes": 10**11},
+        {"step": "mnist_mlp", "n_classes": 10, "step_options": {"embedding_size": 10**6}},
+        {"step": "pointer_attention", "n_classes": 8, "step_options": {"n_slots": 8, "key_size": 10**7}},
+    ],
+)
+@pytest.mark.parametrize("trust_code", [False, True])
+def test_a_checkpoint_with_a_huge_size_is_refused_before_anything_is_allocated(
+    tmp_path, monkeypatch, hparams, trust_code
+):
+    path = gadget_checkpoint(tmp_path / "model.pt", **hparams)
+    no_allocation(monkeypatch)
+    with pytest.raises(CheckpointError) as caught:
+        load_model(path, trust_code=trust_code)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_model_with_too_many_weights_is_refused_even_within_each_maximum(tmp_path, monkeypatch):
+    """A step named by its import path (trust_code) takes no declared options: the weights estimated
+    on the meta device decide."""
+    import pondernet_tutorial.options as options
+
+    monkeypatch.setattr(options, "MAX_PARAMETERS", 1000)
+    monkeypatch.setattr(checkpoints, "MAX_PARAMETERS", 1000)
+    path = gadget_checkpoint(tmp_path / "model.pt", step="pondernet_tutorial.steps.parity:ParityStep")
+    with pytest.raises(CheckpointError, match="weights"):
+        load_model(path, trust_code=True)
+
+
+def test_an_allocator_error_while_building_is_one_line(tmp_path, monkeypatch):
+    path = gadget_checkpoint(tmp_path / "model.pt")
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: not enough memory")
+
+    import torch
+
+    monkeypatch.setattr(checkpoints, "_check_sizes", lambda *a: None)
+    monkeypatch.setattr(torch.nn.Linear, "__init__", refuse)
+    with pytest.raises(CheckpointError, match="does not fit in memory"):
+        load_model(path)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--step-option", "hidden_size=1000000"],
+        [
+            "--step",
+            "mnist_mlp",
+            "--experiment",
+            "mnist-interpolation",
+            "--step-option",
+            "embedding_size=10**6",
+        ],
+        ["--batch-size", str(10**12)],
+        ["--max-steps", str(10**12)],
+        ["--method", "act", "--eval-max-steps", str(10**12)],
+        ["--eval-max-steps", str(10**5)],
+        ["--epochs", str(10**12)],
+        ["--experiment", "pointer-extrapolation", "--step-option", "key_size=99999"],
+    ],
+)
+def test_a_huge_size_on_the_command_line_is_one_line(tmp_path, capsys, argv):
+    assert cli.main(["train", *argv, "--output-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:"), err
+
+
+def test_out_of_memory_while_training_is_one_line(tmp_path, monkeypatch, capsys):
+    def refuse(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(training, "make_module", refuse)
+    assert cli.main(["train", *map(str, TINY_ARGS), "--output-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "out of memory" in err[0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rows 8-11: files are read only when regular and small; a damaged lock is reported, never spun on
+
+
+@pytest.mark.parametrize("how", ["dangling", "folder", "fifo", "devzero"])
+def test_a_lock_that_cannot_be_read_is_damaged_in_one_line_without_spinning(tmp_path, how):
+    import threading
+
+    from pondernet_tutorial.runs.files import FolderLockedError, folder_lock
+
+    folder = tmp_path / "seed0"
+    lock = tmp_path / "seed0.lock"
+    if how == "dangling":
+        lock.symlink_to(tmp_path / "nowhere")
+    elif how == "folder":
+        lock.mkdir()
+    elif how == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.symlink_to("/dev/zero")
+    outcome = []
+
+    def take():
+        try:
+            with folder_lock(folder, wait=True, doing="training it"):
+                outcome.append("taken")
+        except FolderLockedError as error:
+            outcome.append(str(error))
+
+    thread = threading.Thread(target=take, daemon=True)
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive(), "the lock loop spins or blocks"
+    assert len(outcome) == 1 and "damaged" in outcome[0] and "\n" not in outcome[0]
+
+
+@pytest.mark.parametrize("how", ["fifo", "devzero", "folder", "nested", "huge"])
+def test_metadata_that_is_not_a_small_regular_json_file_is_damaged_at_once(tmp_path, how, capsys):
+    import threading
+
+    from pondernet_tutorial.runs.files import read_json
+
+    meta = tmp_path / "metadata.json"
+    if how == "fifo":
+        os.mkfifo(meta)
+    elif how == "devzero":
+        meta.symlink_to("/dev/zero")
+    elif how == "folder":
+        meta.mkdir()
+    elif how == "nested":
+        meta.write_text("[" * 100_000)
+    else:
+        with open(meta, "wb") as file:
+            file.truncate(2**31)  # sparse: 2 GB that read whole would be held in memory
+    result = []
+    thread = threading.Thread(target=lambda: result.append(read_json(meta)), daemon=True)
+    thread.start()
+    thread.join(5)
+    assert result == [None]
+    (tmp_path / "model.pt").write_bytes(b"")
+    assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "model.pt")]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------------------
+# Row 12: a run folder that is a symbolic link is refused
+
+
+def test_a_run_folder_that_is_a_symlink_outside_is_refused_and_nothing_outside_is_touched(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("mine")
+    config = tiny(tmp_path / "runs")
+    config.run_dir.parent.mkdir(parents=True)
+    config.run_dir.symlink_to(outside)
+    with pytest.raises(FileExistsError, match="symbolic link"):
+        train(config)
+    assert (outside / "keep").read_text() == "mine" and not (outside / "model.pt").exists()
