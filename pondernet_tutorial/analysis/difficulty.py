@@ -354,3 +354,32 @@ def describe_verdicts(verdicts: Iterable[str]) -> str:
     if unknown:
         raise ValueError(f"unknown verdicts {sorted(unknown)}; expected some of {VERDICTS}.")
     return ", ".join(f"{name} ({n} of {len(verdicts)})" for name, n in counts)
+
+
+def coin_intervals(
+    models, eval_sets, draws: int = COIN_DRAWS, coverage: float = Rules.coverage
+) -> pd.DataFrame:
+    """:func:`coin_draws` for several runs and sets, as columns for :func:`judge`.
+
+    Args:
+        models: ``{run key: model}`` (a key is whatever identifies the run, e.g. ``(variant, seed)``).
+        eval_sets: the test sets (each with ``per_sample["k"]``).
+
+    Returns:
+        one row per run and set: ``key``, ``set``, ``accuracy_draws`` (mean), ``accuracy_low``,
+        ``accuracy_high``, ``rho_draws`` (mean), ``rho_low``, ``rho_high`` (the central ``coverage``
+        of the draws) and ``rho_expected``.
+    """
+    tail = (1 - coverage) / 2
+    rows = []
+    for key, model in models.items():
+        for eval_set in eval_sets:
+            drawn = coin_draws(model, eval_set, draws)
+            row = {"key": key, "set": eval_set.name, "rho_expected": drawn["rho_expected"]}
+            for name in ("accuracy", "rho"):
+                values = drawn[name][~np.isnan(drawn[name])]
+                row[f"{name}_draws"] = float(values.mean()) if len(values) else math.nan
+                row[f"{name}_low"] = float(np.quantile(values, tail)) if len(values) else math.nan
+                row[f"{name}_high"] = float(np.quantile(values, 1 - tail)) if len(values) else math.nan
+            rows.append(row)
+    return pd.DataFrame(rows)
