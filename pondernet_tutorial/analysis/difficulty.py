@@ -246,8 +246,8 @@ def judge(runs: pd.DataFrame, chance: float, rules: Rules = Rules()) -> tuple[pd
     runs = runs.copy()
     for name in ("accuracy", "rho"):
         for end in ("low", "high"):
-            if f"{name}_{end}" not in runs:
-                runs[f"{name}_{end}"] = runs[name]
+            column = f"{name}_{end}"
+            runs[column] = runs[column].fillna(runs[name]) if column in runs else runs[name]
     groups = runs.groupby("config", sort=False)
     configs = pd.DataFrame(
         {
