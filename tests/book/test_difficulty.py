@@ -7,11 +7,16 @@ Deliberate breaks these tests catch (each was tried):
 - ``verdict`` asking ``ρ ≥ follows`` of any seed instead of every seed, or taking a NaN ``ρ`` for a
   follower: test_verdict_rules;
 - ``judge`` measuring the margin from chance instead of from the best configuration, or ignoring
-  ``learned``: test_judge_solves_within_the_margin_of_the_best and test_judge_a_set_nobody_learns.
+  ``learned``: test_judge_solves_within_the_margin_of_the_best and test_judge_a_set_nobody_learns;
+- ``halting_verdict`` classifying the interval's middle instead of both its ends (92 failures), or
+  ``judge`` deciding "solves" on the mean accuracy instead of its interval (30 failures):
+  test_a_figure_moved_within_its_interval_cannot_flip_a_verdict and
+  test_judge_solves_within_the_margin_of_the_best.
 """
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -20,12 +25,17 @@ from pondernet_tutorial.analysis.difficulty import (
     FIXED,
     FOLLOWS,
     ONE_STEP,
+    UNDETERMINED,
     UNSOLVED,
+    WRONG,
     Rules,
     describe_verdicts,
     halting_by_run,
+    halting_verdict,
+    interval,
     judge,
     per_difficulty,
+    side,
     verdict,
 )
 
@@ -83,14 +93,71 @@ def test_per_difficulty_by_hand():
 def test_verdict_rules():
     rules = Rules(follows=0.8, flat=0.3, spread=0.5)
     assert verdict(True, [0.9, 0.85, 0.95], [2, 2, 2], rules) == FOLLOWS
-    assert verdict(True, [0.9, 0.79, 0.95], [2, 2, 2], rules) == BETWEEN  # every seed, not most
+    assert verdict(True, [0.9, 0.79, 0.95], [2, 2, 2], rules) == UNDETERMINED  # straddles 0.8
+    assert verdict(True, [0.5, 0.7], [2, 2], rules) == BETWEEN
     assert verdict(True, [0.1, -0.2, 0.25], [2, 2, 2], rules) == FIXED  # steps vary, not with k
-    assert verdict(True, [0.9, float("nan")], [2, 0.0], rules) == BETWEEN  # one seed follows, one is fixed
+    assert verdict(True, [-0.59, -0.37], [2, 2], rules) == WRONG  # harder inputs, fewer steps
+    assert verdict(True, [-0.4, -0.2], [2, 2], rules) == UNDETERMINED  # straddles −0.3
+    assert verdict(True, [0.9, float("nan")], [2, 0.0], rules) == UNDETERMINED  # one follows, one fixed
     assert verdict(True, [float("nan"), 0.6], [0.0, 0.3], rules) == FIXED  # steps nearly constant
     assert verdict(True, [float("nan")], [0.0], rules) == FIXED
     assert verdict(False, [0.9, 0.9], [2, 2], rules) == UNSOLVED
+    assert verdict(None, [0.9, 0.9], [2, 2], rules) == UNDETERMINED
     with pytest.raises(ValueError):
         verdict(True, [0.9], [1.0, 2.0], rules)
+
+
+def test_interval_over_seeds_and_coin_draws():
+    draws = np.linspace(0.80, 0.90, 41)  # one seed's ρ over its coin draws
+    low, mid, high = interval([draws, [0.95]], coverage=0.95)
+    assert low == pytest.approx(np.quantile(draws, 0.025)) and high == 0.95
+    assert mid == pytest.approx((draws.mean() + 0.95) / 2)
+    assert all(math.isnan(v) for v in interval([[float("nan")]]))
+    assert side(0.81, 0.9, 0.8) == 1 and side(0.7, 0.79, 0.8) == -1 and side(0.79, 0.81, 0.8) == 0
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_a_figure_moved_within_its_interval_cannot_flip_a_verdict(seed):
+    """A decided verdict is the verdict of every point of its interval; a straddling one is undetermined."""
+    rng = np.random.default_rng(seed)
+    rules = Rules()
+    low = float(rng.uniform(-1, 1))
+    high = min(1.0, low + float(rng.uniform(0, 0.6)))
+    decided = halting_verdict((low, high), 2.0, rules)
+    points = {halting_verdict((x, x), 2.0, rules) for x in rng.uniform(low, high, 50)} | {
+        halting_verdict((low, low), 2.0, rules),
+        halting_verdict((high, high), 2.0, rules),
+    }
+    if decided == UNDETERMINED:
+        assert len(points) > 1  # undetermined only where the interval straddles a threshold
+    else:
+        assert points == {decided}
+    # the same for accuracy against the margin: judge on an interval, then on points inside it
+    acc_low = float(rng.uniform(0.9, 1.0))
+    acc_high = min(1.0, acc_low + float(rng.uniform(0, 0.03)))
+    table = pd.DataFrame(
+        {
+            "config": ["best", "best", "other"],
+            "family": "m",
+            "seed": [0, 1, 0],
+            "accuracy": [1.0, 1.0, (acc_low + acc_high) / 2],
+            "accuracy_low": [1.0, 1.0, acc_low],
+            "accuracy_high": [1.0, 1.0, acc_high],
+            "rho": 0.9,
+            "spread": 2.0,
+            "steps": 3.0,
+        }
+    )
+    solves = judge(table, chance=0.1, rules=rules)[0].loc["other", "solves"]
+    moved = set()
+    for x in (acc_low, acc_high, *rng.uniform(acc_low, acc_high, 20)):
+        point = table.assign(accuracy_low=table["accuracy"], accuracy_high=table["accuracy"])
+        point.loc[2, ["accuracy", "accuracy_low", "accuracy_high"]] = x
+        moved.add(bool(judge(point, chance=0.1, rules=rules)[0].loc["other", "solves"]))
+    if solves is None:
+        assert moved == {True, False}
+    else:
+        assert moved == {solves}
 
 
 def runs(rows):
@@ -112,11 +179,20 @@ def test_judge_solves_within_the_margin_of_the_best():
     assert setting["best"] == "ponder" and setting["best_accuracy"] == pytest.approx(0.995)
     assert setting["learned"] and setting["one_step"] == "one"
     assert setting["one_step_accuracy"] == pytest.approx(0.61) and setting["one_step_enough"] is False
-    assert configs.loc["ponder", "verdict"] == FOLLOWS and configs.loc["ponder", "rho_min"] == 0.85
-    assert configs.loc["act", "solves"]  # 0.9875 is within 0.01 of 0.995
+    assert configs.loc["ponder", "verdict"] == FOLLOWS and configs.loc["ponder", "rho_low"] == 0.85
+    assert configs.loc["act", "solves"]  # both seeds (0.99, 0.985) within 0.01 of 0.995
     assert configs.loc["act", "verdict"] == FIXED and configs.loc["one", "verdict"] == UNSOLVED
     configs, _ = judge(table, chance=0.5, rules=Rules(margin=0.005))
-    assert configs.loc["act", "verdict"] == UNSOLVED  # 0.9875 is not within 0.005
+    assert configs.loc["act", "solves"] is None  # one seed above 0.99, one below
+    assert configs.loc["act", "verdict"] == UNDETERMINED
+    coins = table.assign(rho_low=table["rho"] - 0.1, rho_high=table["rho"])  # a coin interval per seed
+    configs, _ = judge(coins, chance=0.5, rules=Rules(margin=0.01))
+    assert configs.loc["ponder", "verdict"] == UNDETERMINED  # 0.75 to 0.90 straddles 0.8
+    configs, setting = judge(table.assign(accuracy=table["accuracy"] - 0.4), chance=0.5)
+    assert setting["learned"] is None  # the best's seeds, 0.60 and 0.59, straddle chance + 0.10
+    assert configs["verdict"].eq(UNDETERMINED).all()
+    configs, setting = judge(table.assign(accuracy=table["accuracy"] - 0.45), chance=0.5)
+    assert setting["learned"] is False and configs["verdict"].eq(UNSOLVED).all()
     table.loc[table["config"] == "one", "accuracy"] = 0.99
     _, setting = judge(table, chance=0.5)
     assert setting["one_step_enough"] is True
