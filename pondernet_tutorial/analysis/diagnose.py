@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pandas as pd
 import torch
-from scipy.stats import spearmanr
+
+from .difficulty import spearman
 
 
 @dataclass
@@ -41,7 +43,7 @@ def diagnose(model, x, difficulty=None, show: bool = True) -> Diagnosis:
             raise ValueError(
                 f"difficulty has {len(d)} values for a batch of {expected.shape[0]}: give one per input"
             )
-        rho = float(spearmanr(expected.cpu().numpy(), d).statistic)
+        rho = float(spearman(pd.Series(d), pd.Series(expected.cpu().numpy())))
     result = Diagnosis(
         mean_steps=float(expected.mean()),
         spread=float(expected.std()) if expected.numel() > 1 else 0.0,
