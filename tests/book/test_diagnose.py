@@ -32,3 +32,8 @@ def test_expected_steps_rho_and_mass_at_n():
 def test_bad_difficulty_length_is_refused():
     with pytest.raises(ValueError, match="one per input"):
         diagnose(Fixed(torch.eye(3)), None, difficulty=[1, 2], show=False)
+
+
+def test_mass_at_n_reads_the_last_step():
+    p = torch.tensor([[1.0, 0.5], [1e-9, 1e-9], [1e-9, 0.5]])  # (N=3, B=2)
+    assert diagnose(Fixed(p), None, show=False).mass_at_n == pytest.approx(0.25)
