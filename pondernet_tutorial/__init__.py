@@ -41,6 +41,7 @@ _EXPORTS = {
     "ACT": "methods.act",
     "FixedSteps": "methods.fixed",
     "PonderOutput": "methods.base",
+    "diagnose": "analysis.diagnose",
     "HaltingRule": "methods.base",
     "StepFunction": "steps.base",
     "MNISTStep": "steps.mnist",
