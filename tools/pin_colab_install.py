@@ -1,17 +1,16 @@
-"""Pin the notebooks' Colab install line to the package's release: ``...@v<version>``.
+"""Pin the notebooks' Colab install line to a ref that exists in this repository: ``...@main``.
 
-The version is declared once, as ``__version__`` in ``pondernet_tutorial/__init__.py`` (``pyproject.toml``
-reads it from there); its release is the repository's tag ``v<version>``. Each notebook installs the
-package on Colab with
+Each notebook installs the package on Colab with
 
-    %pip install -q "pondernet_tutorial @ git+https://github.com/OWNER/REPO@v<version>"
+    %pip install -q "pondernet_tutorial @ git+https://github.com/OWNER/REPO@main"
 
-so that a reader gets the code the notebook was written for, not whatever the repository holds today.
-After changing the version, run
+The repository has no release tag yet, so the line names the branch ``main``, the branch the Colab badges
+open. When a release is tagged, set ``REF`` below to the tag and run
 
     python tools/pin_colab_install.py
 
-which rewrites the tag in every notebook; ``tests/test_repository_url.py`` checks that they agree.
+which rewrites the ref in every notebook; ``tests/test_repository_url.py`` checks with git that the ref
+named by every install line exists.
 """
 
 from __future__ import annotations
@@ -21,27 +20,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+REF = "main"
 INSTALL = re.compile(
-    r"(pondernet_tutorial @ git\+https://github\.com/[\w.-]+/[\w.-]+?)(?:@[\w.-]+)?(?=\\?\")"
+    r"(pondernet_tutorial @ git\+https://github\.com/[\w.-]+/[\w.-]+?)(?:@([\w./-]+))?(?=\\?\")"
 )
 
 
-def version() -> str:
-    """``__version__`` of the package, read from its source (nothing is imported)."""
-    text = (ROOT / "pondernet_tutorial" / "__init__.py").read_text()
-    match = re.search(r'^__version__ = "([^"]+)"', text, re.MULTILINE)
-    if not match:
-        raise SystemExit("pondernet_tutorial/__init__.py declares no __version__.")
-    return match.group(1)
-
-
-def tag() -> str:
-    """The repository tag of this version's release."""
-    return f"v{version()}"
-
-
 def main() -> int:
-    pinned = tag()
+    pinned = REF
     for path in sorted((ROOT / "book").glob("*.ipynb")):
         text = path.read_text()
         updated, found = INSTALL.subn(lambda m: f"{m.group(1)}@{pinned}", text)
