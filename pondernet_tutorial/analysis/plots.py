@@ -85,12 +85,69 @@ METRIC_LABELS = {
 }
 
 
-def plot_band(frame: pd.DataFrame, x: str, metric: str, ax, label: str, color=None, marker="o"):
+# One colour per method, the same in every figure of the book; the configurations of one method share
+# its colour and differ by marker and line style (config_styles). Keys: the method families of
+# pondernet_tutorial.analysis.difficulty ("one step" is its ONE_STEP).
+_COLORBLIND = sns.color_palette("colorblind")
+METHOD_COLORS = {
+    "pondernet": _COLORBLIND[0],  # blue
+    "control": _COLORBLIND[4],  # purple: PonderNet with frozen halting
+    "act": _COLORBLIND[3],  # vermilion
+    "fixed": (0.55, 0.55, 0.55),  # grey
+    "one step": (0.0, 0.0, 0.0),  # black
+}
+METHOD_LABELS = {
+    "pondernet": "PonderNet",
+    "control": "PonderNet, halting frozen (control)",
+    "act": "ACT",
+    "fixed": "fixed steps",
+    "one step": "one step",
+}
+MARKERS = "osD^vP*X"
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+def config_styles(families: dict[str, str], shift: float = 0.0) -> dict[str, dict]:
+    """The style of each configuration: ``{config: {"color", "marker", "linestyle", "offset"}}``.
+
+    Args:
+        families: each configuration's method family (a key of :data:`METHOD_COLORS`), in drawing order.
+        shift: the sideways step between configurations, in x units (0.1 to 0.3 on an axis of ``k``), so
+            that lines with equal values lie side by side instead of on top of each other.
+    """
+    configs = list(families)
+    styles = {}
+    for i, config in enumerate(configs):
+        family = families[config]
+        if family not in METHOD_COLORS:
+            raise ValueError(f"unknown method family {family!r}: use one of {', '.join(METHOD_COLORS)}.")
+        rank = [c for c in configs if families[c] == family].index(config)
+        styles[config] = {
+            "color": METHOD_COLORS[family],
+            "marker": MARKERS[rank % len(MARKERS)],
+            "linestyle": LINESTYLES[rank % len(LINESTYLES)],
+            "offset": shift * (i - (len(configs) - 1) / 2),
+        }
+    return styles
+
+
+def plot_band(
+    frame: pd.DataFrame,
+    x: str,
+    metric: str,
+    ax,
+    label: str,
+    color=None,
+    marker="o",
+    linestyle="-",
+    offset: float = 0.0,
+):
     """The mean over seeds as a line and the lowest-to-highest seed as a band (``frame``: one row per
-    seed and ``x``)."""
+    seed and ``x``), moved ``offset`` along x (see :func:`config_styles`)."""
     stats = frame.groupby(x)[metric].agg(["mean", "min", "max"]).reset_index()
-    line = ax.plot(stats[x], stats["mean"], marker=marker, ms=3, color=color, label=label)[0]
-    ax.fill_between(stats[x], stats["min"], stats["max"], color=line.get_color(), alpha=0.2, lw=0)
+    xs = stats[x] + offset
+    line = ax.plot(xs, stats["mean"], marker=marker, ms=3, ls=linestyle, color=color, label=label)[0]
+    ax.fill_between(xs, stats["min"], stats["max"], color=line.get_color(), alpha=0.2, lw=0)
     return line
 
 

@@ -42,3 +42,19 @@ def test_the_figure_draws_the_walk_above_and_the_rest_below():
         assert (xs[0], xs[-1]) == pytest.approx((i, j)) and ys.max() > 0  # from i to j, above the row
     assert all(line.get_ydata().min() < 0 for line in other_arcs)
     plt.close(fig)
+
+
+def test_a_method_has_one_colour_and_its_configurations_differ_by_marker_and_place():
+    from pondernet_tutorial.analysis.plots import METHOD_COLORS, config_styles
+
+    families = {"PonderNet a": "pondernet", "ACT": "act", "PonderNet b": "pondernet", "fixed 1": "one step"}
+    styles = config_styles(families, shift=0.2)
+    assert styles["PonderNet a"]["color"] == styles["PonderNet b"]["color"] == METHOD_COLORS["pondernet"]
+    assert styles["ACT"]["color"] == METHOD_COLORS["act"] != METHOD_COLORS["pondernet"]
+    assert styles["PonderNet a"]["marker"] != styles["PonderNet b"]["marker"]
+    assert styles["PonderNet a"]["linestyle"] != styles["PonderNet b"]["linestyle"]
+    offsets = [style["offset"] for style in styles.values()]
+    assert len(set(offsets)) == len(offsets) and abs(sum(offsets)) < 1e-9  # apart, centred on the data
+    assert len(set(METHOD_COLORS.values())) == len(METHOD_COLORS)
+    with pytest.raises(ValueError, match="unknown method family"):
+        config_styles({"x": "lstm"})
