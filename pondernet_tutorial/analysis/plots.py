@@ -157,16 +157,22 @@ def plot_against_rotation(summary: pd.DataFrame, metric: str = "accuracy", ax=No
     Args:
         summary: per-run summaries with ``experiment``, ``seed``, ``mode`` and ``degrees``.
 
-    The extrapolation models' training range is shaded.
+    The extrapolation models' training range is shaded. Colours follow :data:`METHOD_COLORS` (the
+    method of each experiment's runs), with a marker, line style and a sideways offset of 2° per
+    experiment (:func:`config_styles`), so that equal lines lie side by side.
     """
     ax = ax or plt.gca()
     data = summary[summary["mode"] == "exact"]
     experiments = experiments or list(dict.fromkeys(data["experiment"]))
-    palette = dict(zip(experiments, sns.color_palette("colorblind", len(experiments))))
+    methods = {e: data.loc[data["experiment"] == e, "method"].iloc[0] for e in experiments}
+    styles = config_styles(
+        {e: methods[e] if methods[e] in METHOD_COLORS else "fixed" for e in experiments}, 2.0
+    )
     for experiment in experiments:
         group = data[data["experiment"] == experiment]
         seeds = group["seed"].nunique()
-        plot_band(group, "degrees", metric, ax, f"{experiment} (mean of {seeds} seeds)", palette[experiment])
+        label = f"{experiment} (mean of {seeds} seeds)"
+        plot_band(group, "degrees", metric, ax, label, **styles[experiment])
         train_range = get_experiment(experiment).data_options.get("train_rotation", 0.0)
         if train_range:
             ax.axvspan(

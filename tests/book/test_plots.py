@@ -58,3 +58,24 @@ def test_a_method_has_one_colour_and_its_configurations_differ_by_marker_and_pla
     assert len(set(METHOD_COLORS.values())) == len(METHOD_COLORS)
     with pytest.raises(ValueError, match="unknown method family"):
         config_styles({"x": "lstm"})
+
+
+def test_the_rotation_figure_colours_by_method_and_keeps_equal_lines_apart():
+    import pandas as pd
+    from matplotlib.colors import to_rgb
+
+    from pondernet_tutorial.analysis.plots import METHOD_COLORS, plot_against_rotation
+
+    rows = [
+        {"experiment": e, "method": "pondernet", "seed": s, "mode": "exact", "degrees": d, "accuracy": 0.9}
+        for e in ("mnist-interpolation", "mnist-extrapolation")
+        for s in (0, 1)
+        for d in (-45, 0, 45)
+    ]
+    fig, ax = plt.subplots()
+    plot_against_rotation(pd.DataFrame(rows), "accuracy", ax)
+    first, second = ax.get_lines()
+    assert to_rgb(first.get_color()) == to_rgb(second.get_color()) == to_rgb(METHOD_COLORS["pondernet"])
+    assert first.get_marker() != second.get_marker()
+    assert list(first.get_xdata()) != list(second.get_xdata())  # equal values, side by side
+    plt.close(fig)
