@@ -19,6 +19,7 @@ from pondernet_tutorial.runs.config import PRETRAINED_DIR
 from pondernet_tutorial.runs.processes import Interrupted
 from pondernet_tutorial.runs.studies import reproduce
 from pondernet_tutorial.runs.training import train
+from pondernet_tutorial.steps.parity import ParityStep
 
 tiny_study = pytest.fixture(test_faults.tiny_study.__wrapped__)
 
@@ -314,3 +315,58 @@ def test_a_run_folder_that_is_a_symlink_outside_is_refused_and_nothing_outside_i
     with pytest.raises(FileExistsError, match="symbolic link"):
         train(config)
     assert (outside / "keep").read_text() == "mine" and not (outside / "model.pt").exists()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Row 13: folder names are safe
+
+
+class KwargsStep(ParityStep):
+    """A user's step function, named by import path (``test_attacks:KwargsStep``), that takes any
+    option: nothing declares its options, so only the folder naming can keep them safe."""
+
+    def __init__(self, n_elements: int = 16, n_classes: int = 2, hidden_size: int = 16, **extra):
+        super().__init__(n_elements, n_classes, hidden_size)
+
+
+ESCAPES = ["../../../../escaped", "/tmp/absolute", "..", "a\\b", "x" * 400, "é/../ü"]
+
+
+@pytest.mark.parametrize("value", ESCAPES, ids=["dotdot", "absolute", "parent", "backslash", "long", "utf8"])
+def test_a_string_option_of_a_step_named_by_path_stays_one_folder_name(tmp_path, value):
+    root = tmp_path / "runs"
+    config = tiny(root, step="test_attacks:KwargsStep", step_options={"hidden_size": 16, "name": value})
+    run_dir = config.run_dir
+    assert run_dir.parent.parent.parent == root  # <root>/<experiment>/<variant>/seed0, nothing more
+    assert run_dir.resolve().is_relative_to(root.resolve())
+    name = run_dir.parent.name
+    assert "/" not in name and "\\" not in name and name not in ("", ".", "..")
+    assert len(name.encode()) <= 255
+    # a key is as dangerous as a value
+    keyed = tiny(root, step="test_attacks:KwargsStep", step_options={"hidden_size": 16, value: 1})
+    assert keyed.run_dir.parent.parent.parent == root
+
+
+def test_folder_names_are_distinct_for_distinct_options(tmp_path):
+    names = {
+        tiny(tmp_path, step="test_attacks:KwargsStep", step_options={"hidden_size": 16, "name": v}).variant
+        for v in ["a/b", "a%2Fb", "a_b", "x" * 400, "x" * 401]
+    }
+    assert len(names) == 5
+
+
+def test_training_with_an_escaping_option_writes_only_inside_the_output_folder(tmp_path, capsys):
+    root = tmp_path / "a" / "b" / "c" / "d" / "runs"
+    argv = ["train", *map(str, TINY_ARGS), "--output-dir", str(root), "--step", "test_attacks:KwargsStep"]
+    assert cli.main([*argv, "--step-option", "name=../../../../escaped"]) == 0
+    outside = [p for p in tmp_path.rglob("*") if not p.is_relative_to(root) and not root.is_relative_to(p)]
+    assert outside == []
+    assert len(list(root.rglob("model.pt"))) == 1
+
+
+def test_every_shipped_run_keeps_its_folder_name():
+    """Every shipped run's name is already safe, so safe_name leaves it as it is."""
+    from pondernet_tutorial.runs.config import safe_name
+
+    shipped = [p.parent.parent.name for p in PRETRAINED_DIR.glob("*/*/seed*/model.pt")]
+    assert len(shipped) > 100 and all(safe_name(n) == n for n in shipped)
