@@ -235,6 +235,15 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # the reader of the output went away: no traceback, as Python's docs advise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except OSError as error:  # a full disk, no permission: one line naming the file and the free space
+        from .files import WriteFailedError, is_write_refusal, write_failed
+
+        if not is_write_refusal(error):
+            raise
+        print(
+            f"error: {error if isinstance(error, WriteFailedError) else write_failed(error)}", file=sys.stderr
+        )
+        return 1
 
 
 def _interrupted_line(args, error) -> str:
@@ -417,7 +426,9 @@ def _evaluate(args) -> None:
     columns = [*experiment.group_by, "accuracy", "halt_step", "expected_steps", "n"]
     print(table[columns].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     if args.output:
-        per_sample.to_csv(args.output, index=False)
+        from .files import write_csv
+
+        write_csv(args.output, per_sample, index=False)  # whole, or not at all
 
 
 def _recorded_experiment(checkpoint) -> str | None:

@@ -16,9 +16,11 @@ this host) is stale and is taken over. This module imports neither PyTorch nor p
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
+import shutil
 import socket
 import stat
 import sys
@@ -32,6 +34,51 @@ TEMP_SUFFIX = ".tmp"
 
 # ---------------------------------------------------------------------------------------------------
 # Atomic writes
+
+
+# The errors that mean the disk or the permissions refuse a write, not a fault of the package
+WRITE_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in ("ENOSPC", "EDQUOT", "EFBIG", "EACCES", "EPERM", "EROFS")
+    if hasattr(errno, name)
+)
+
+
+class WriteFailedError(OSError):
+    """A file could not be written (a full disk, no permission, a read-only disk): one line that names
+    the file and the free space on its disk."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def _free_space(path: Path) -> str:
+    for folder in [path, *path.parents]:
+        try:
+            return f"{shutil.disk_usage(folder).free / 2**20:,.1f} MiB free"
+        except OSError:
+            continue
+    return "free space unknown"
+
+
+def write_failed(error: OSError, path: str | os.PathLike | None = None) -> WriteFailedError:
+    """``error`` (one of :data:`WRITE_ERRNOS`) as a one-line :class:`WriteFailedError` naming the file
+    (``path``, else the error's own file name) and the free space on its disk."""
+    where = Path(os.fsdecode(path if path is not None else error.filename or "."))
+    reason = error.strerror or os.strerror(error.errno) if error.errno else str(error)
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        advice = "choose a folder you can write to (--output-dir), or change its permissions"
+    else:
+        advice = "free some space, or choose a folder on another disk (--output-dir), then run again"
+    return WriteFailedError(
+        error.errno,
+        f"could not write {where} ({reason}; {_free_space(where)}): nothing was left half-written; {advice}.",
+    )
+
+
+def is_write_refusal(error: BaseException) -> bool:
+    """Whether ``error`` is the disk's or the permissions' refusal of a write (see :data:`WRITE_ERRNOS`)."""
+    return isinstance(error, OSError) and error.errno in WRITE_ERRNOS
 
 
 def _temp_name(path: Path) -> Path:
@@ -74,11 +121,16 @@ def atomic_file(path: str | os.PathLike, mode: str = "w", **open_options):
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_file writes a whole file: mode 'w' or 'wb', got {mode!r}.")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_temps(path)
     temp = _temp_name(path)
-    # O_EXCL: a fresh file of our own; 0o666 lets the umask decide the permissions, as open() does
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temps(path)
+        # O_EXCL: a fresh file of our own; 0o666 lets the umask decide the permissions, as open() does
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    except OSError as error:
+        if is_write_refusal(error):
+            raise write_failed(error, path) from None
+        raise
     if mode == "w":
         open_options.setdefault("encoding", "utf-8")
         open_options.setdefault("newline", "")  # the text is written as given (csv writes its own ends)
@@ -88,11 +140,25 @@ def atomic_file(path: str | os.PathLike, mode: str = "w", **open_options):
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(OSError):
             temp.unlink()
+        refusal = _write_refusal(error)
+        if refusal is not None:
+            raise write_failed(refusal, path) from None
         raise
     _fsync_folder(path.parent)
+
+
+def _write_refusal(error: BaseException) -> OSError | None:
+    """The disk's refusal behind ``error``, if there is one: the error itself, or the one that a writer
+    (PyTorch's, pandas') wrapped into its own exception."""
+    seen = 0
+    while error is not None and seen < 8:
+        if is_write_refusal(error):
+            return error
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:

@@ -4,6 +4,7 @@ stay inside the output folder. Each test failed on the code before these changes
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -370,3 +371,67 @@ def test_every_shipped_run_keeps_its_folder_name():
 
     shipped = [p.parent.parent.name for p in PRETRAINED_DIR.glob("*/*/seed*/model.pt")]
     assert len(shipped) > 100 and all(safe_name(n) == n for n in shipped)
+
+
+# ---------------------------------------------------------------------------------------------------
+# A full disk, no permission: one line that names the file and the free space, nothing half-written
+
+REFUSALS = [(errno.ENOSPC, "No space left on device"), (errno.EACCES, "Permission denied")]
+
+
+def refuse_fsync(monkeypatch, code, text):
+    def fsync(fd):
+        raise OSError(code, text)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+def refuse_temp_files(monkeypatch, code, text):
+    real = os.open
+
+    def open_(path, *args, **kwargs):
+        if str(path).endswith(".tmp"):
+            raise OSError(code, text, str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+
+
+@pytest.mark.parametrize("code,text", REFUSALS, ids=["ENOSPC", "EACCES"])
+@pytest.mark.parametrize("where", ["fsync", "open", "write"])
+def test_a_refused_write_is_one_line_with_the_file_and_free_space_and_leaves_the_old_file(
+    tmp_path, monkeypatch, code, text, where
+):
+    from pondernet_tutorial.runs.files import WriteFailedError, atomic_file, write_text
+
+    path = tmp_path / "metadata.json"
+    path.write_text("old")
+    if where == "fsync":
+        refuse_fsync(monkeypatch, code, text)
+    elif where == "open":
+        refuse_temp_files(monkeypatch, code, text)
+    with pytest.raises(WriteFailedError) as caught:
+        if where == "write":  # the writer itself (pandas, torch) hits the full disk
+            with atomic_file(path) as handle:
+                handle.write("new")
+                raise OSError(code, text)
+        else:
+            write_text(path, "new")
+    line = str(caught.value)
+    assert "\n" not in line and str(path) in line and "MiB free" in line
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["metadata.json"]
+
+
+@pytest.mark.parametrize("code,text", REFUSALS, ids=["ENOSPC", "EACCES"])
+def test_a_full_disk_or_no_permission_during_train_is_one_error_line(
+    tmp_path, monkeypatch, capsys, code, text
+):
+    refuse_fsync(monkeypatch, code, text)
+    status = cli.main(["train", *map(str, TINY_ARGS), "--output-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: could not write ") and "MiB free" in last and str(tmp_path) in last
+    assert not list(tmp_path.rglob("model.pt")) and not [p for p in tmp_path.rglob("*") if p.suffix == ".tmp"]
+    assert leftovers(tmp_path) == []
