@@ -265,6 +265,7 @@ def _user_errors():
     from ..data.mnist import MNISTDamagedError, MNISTNotFoundError
     from .checkpoints import CheckpointError
     from .config import ConfigMismatchError
+    from .files import DamagedFileError
     from .training import MissingPackageError, TrainingDivergedError
 
     try:  # Lightning's error for a bad --accelerator, --devices or --strategy
@@ -274,6 +275,7 @@ def _user_errors():
     return (
         CheckpointError,
         ConfigMismatchError,
+        DamagedFileError,
         MNISTDamagedError,
         MNISTNotFoundError,
         FileExistsError,

@@ -194,26 +194,95 @@ def torch_save(obj, path: str | os.PathLike) -> Path:
 
 
 MAX_READ_BYTES = 64 * 2**20  # metadata.json, study.json, locks: a few kB; a bigger file is damaged
+# tables (history.csv, the evaluation and study tables, per_sample.csv.gz): the largest shipped one holds
+# 4.5 MB gzipped, about 40 MB of text; a table 25 times bigger is not one the package wrote
+MAX_TABLE_BYTES = 1 * 2**30
 
 
-def read_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES) -> bytes:
-    """The bytes of ``path`` if it is a regular file (a link to one is followed) of at most ``cap``
-    bytes. A FIFO, a device (``/dev/zero``), a folder or a bigger file raises ``OSError`` at once:
-    nothing blocks, nothing is read without bound."""
+class DamagedFileError(OSError):
+    """A file the package reads is not a regular file of bounded size (a FIFO, a device such as
+    ``/dev/zero``, a folder, a file too big): one line that names it."""
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
+def open_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES):
+    """``path`` open for binary reading if it is a regular file (a link to one is followed) of at most
+    ``cap`` bytes; a FIFO, a device, a folder or a bigger file raises :class:`DamagedFileError` at once
+    (the open never blocks: ``O_NONBLOCK``). The check is made on the open file, so the file cannot be
+    swapped between the check and the read."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise OSError(f"{path} is not a regular file")
+            raise DamagedFileError(errno.EINVAL, f"{path} is not a regular file")
         if info.st_size > cap:
-            raise OSError(f"{path} holds {info.st_size:,} bytes, more than {cap:,}")
-        with os.fdopen(os.dup(fd), "rb") as file:
-            data = file.read(cap + 1)
-        if len(data) > cap:
-            raise OSError(f"{path} holds more than {cap:,} bytes")
-        return data
+            raise DamagedFileError(errno.EFBIG, f"{path} holds {info.st_size:,} bytes, more than {cap:,}")
+        return os.fdopen(os.dup(fd), "rb")
     finally:
         os.close(fd)
+
+
+def read_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES) -> bytes:
+    """The bytes of ``path`` if it is a regular file (see :func:`open_regular`) of at most ``cap`` bytes:
+    nothing blocks, nothing is read without bound."""
+    with open_regular(path, cap) as file:
+        data = file.read(cap + 1)
+    if len(data) > cap:
+        raise DamagedFileError(errno.EFBIG, f"{path} holds more than {cap:,} bytes")
+    return data
+
+
+class _Capped:
+    """A binary reader that raises :class:`DamagedFileError` after ``cap`` bytes (a gzip bomb)."""
+
+    def __init__(self, raw, cap: int, path):
+        self.raw, self.cap, self.path, self.count = raw, cap, path, 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(self.cap + 1 - self.count if size is None or size < 0 else size)
+        self.count += len(data)
+        if self.count > self.cap:
+            raise DamagedFileError(errno.EFBIG, f"{self.path} holds more than {self.cap:,} bytes of table")
+        return data
+
+    def readable(self) -> bool:
+        return True
+
+    def __iter__(self):
+        return iter(self.readline, b"")
+
+    def readline(self, size: int = -1) -> bytes:
+        line = self.raw.readline(self.cap + 1 - self.count)
+        self.count += len(line)
+        if self.count > self.cap:
+            raise DamagedFileError(errno.EFBIG, f"{self.path} holds more than {self.cap:,} bytes of table")
+        return line
+
+
+def read_table(path: str | os.PathLike, cap: int = MAX_TABLE_BYTES, **read_csv_options):
+    """A CSV table (gzip-compressed when ``path`` ends with ``.gz``) as a pandas ``DataFrame``, read only
+    if it is a regular file of at most ``cap`` bytes, compressed and uncompressed.
+
+    Raises:
+        FileNotFoundError: no such file.
+        DamagedFileError: not a regular file, too big, or not a readable table (one line).
+    """
+    import gzip
+
+    import pandas as pd
+
+    path = Path(path)
+    with open_regular(path, cap) as file:
+        raw = gzip.GzipFile(fileobj=file, mode="rb") if path.suffix == ".gz" else file
+        try:
+            return pd.read_csv(_Capped(raw, cap, path), **read_csv_options)
+        except DamagedFileError:
+            raise
+        except (ValueError, OSError, EOFError, UnicodeDecodeError, pd.errors.ParserError) as error:
+            text = " ".join(str(error).split())[:200]
+            raise DamagedFileError(errno.EINVAL, f"{path} is not a readable table ({text})") from None
 
 
 def read_json(path: str | os.PathLike) -> dict | None:

@@ -435,3 +435,99 @@ def test_a_full_disk_or_no_permission_during_train_is_one_error_line(
     assert last.startswith("error: could not write ") and "MiB free" in last and str(tmp_path) in last
     assert not list(tmp_path.rglob("model.pt")) and not [p for p in tmp_path.rglob("*") if p.suffix == ".tmp"]
     assert leftovers(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------------
+# Files the package reads: checkpoints and tables too are read only when regular and small
+
+
+def make_unreadable(path: Path, how: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    if how == "fifo":
+        os.mkfifo(path)
+    elif how == "devzero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+
+
+def finishes_within(seconds, function, *args):
+    """``function(*args)``'s result or exception, failing the test if it has not finished in time."""
+    import threading
+
+    outcome = []
+
+    def call():
+        try:
+            outcome.append(function(*args))
+        except BaseException as error:  # noqa: BLE001 - handed to the test
+            outcome.append(error)
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert outcome, f"{function.__name__} still runs after {seconds} s (blocked or reading without end)"
+    return outcome[0]
+
+
+@pytest.mark.parametrize("how", ["fifo", "devzero", "folder"])
+def test_a_checkpoint_that_is_not_a_regular_file_is_one_line_at_once(tmp_path, how, capsys):
+    path = tmp_path / "model.pt"
+    make_unreadable(path, how)
+    error = finishes_within(10, load_model, path)
+    assert isinstance(error, CheckpointError) and "\n" not in str(error) and "regular file" in str(error)
+    status = finishes_within(
+        10, cli.main, ["evaluate", "--checkpoint", str(path), "--experiment", "parity-interpolation"]
+    )
+    assert status == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and str(path) in err[0]
+
+
+@pytest.mark.parametrize("how", ["fifo", "devzero", "folder"])
+@pytest.mark.parametrize("name", ["per_sample.csv.gz", "summary.csv"])
+def test_a_run_table_that_is_not_a_regular_file_is_one_line_at_once(tmp_path, how, name):
+    from pondernet_tutorial.analysis.notebook import load_table
+    from pondernet_tutorial.runs.evaluation import RUN_TABLES, load_run_tables
+    from pondernet_tutorial.runs.files import DamagedFileError
+
+    run = tmp_path / "exp" / "variant" / "seed0"
+    run.mkdir(parents=True)
+    for table in RUN_TABLES:
+        (run / table).write_text("a,b\n1,2\n")
+    make_unreadable(run / name, how)
+    error = finishes_within(10, load_run_tables, run, True)
+    assert isinstance(error, DamagedFileError) and "\n" not in str(error) and name in str(error)
+    import pandas as pd
+
+    runs = pd.DataFrame(
+        [{"path": "exp/variant/seed0", "experiment": "e", "variant": "v", "method": "m", "seed": 0}]
+    )
+    error = finishes_within(10, load_table, tmp_path, runs, name)
+    assert isinstance(error, DamagedFileError)
+
+
+def test_a_study_table_that_is_a_fifo_is_one_line_at_once(tmp_path):
+    from pondernet_tutorial.runs.files import DamagedFileError, write_json
+
+    folder = tmp_path / "studies" / "faults"
+    folder.mkdir(parents=True)
+    write_json(folder / "study.json", {"study": "faults"})
+    make_unreadable(folder / "summary.csv", "fifo")
+    error = finishes_within(10, studies.load_study, "faults", tmp_path)
+    assert isinstance(error, DamagedFileError) and "summary.csv" in str(error)
+
+
+def test_a_table_that_unpacks_beyond_the_cap_is_refused(tmp_path):
+    """A gzip bomb: a few kB on the disk, far more once unpacked."""
+    import gzip
+
+    from pondernet_tutorial.runs.files import DamagedFileError, read_table
+
+    path = tmp_path / "per_sample.csv.gz"
+    path.write_bytes(gzip.compress(b"a,b\n" + b"1,2\n" * 500_000))
+    assert path.stat().st_size < 100_000
+    with pytest.raises(DamagedFileError, match="more than"):
+        read_table(path, cap=100_000)
+    assert len(read_table(path, cap=10_000_000)) == 500_000
