@@ -531,3 +531,79 @@ def test_a_table_that_unpacks_beyond_the_cap_is_refused(tmp_path):
     with pytest.raises(DamagedFileError, match="more than"):
         read_table(path, cap=100_000)
     assert len(read_table(path, cap=10_000_000)) == 500_000
+
+
+# ---------------------------------------------------------------------------------------------------
+# The command line says what happened
+
+ACT_RUN = ["--pretrained", "parity-interpolation", "--method", "act", "--tau", "0.01", "--halting-bias", "-3"]
+
+
+def test_evaluate_pretrained_names_the_run_by_its_options_and_ends_with_a_summary_line(tmp_path, capsys):
+    import pandas as pd
+
+    out = tmp_path / "per_sample.csv"
+    assert cli.main(["evaluate", *ACT_RUN, "--seed", "1", "--limit", "40", "--output", str(out)]) == 0
+    captured = capsys.readouterr()
+    last = captured.out.strip().splitlines()[-1]
+    run = "parity-interpolation/act-tau=0.01-halting_bias=-3"
+    assert run in captured.err  # which run it evaluates, before the work
+    assert (PRETRAINED_DIR / run / "seed1" / "model.pt").is_file()
+    per_sample = pd.read_csv(out)
+    accuracy = (per_sample["prediction"] == per_sample["label"]).mean()
+    assert last.startswith(
+        f"{run} seed 1: accuracy {accuracy:.4f}, mean steps {per_sample['halt_step'].mean():.2f}"
+    )
+
+
+def test_pretrained_offers_only_the_experiments_with_shipped_runs(capsys, monkeypatch):
+    from pondernet_tutorial.registry import EXPERIMENTS
+
+    shipped = {p.parts[-4] for p in PRETRAINED_DIR.glob("*/*/seed*/model.pt")}
+    unshipped = sorted(set(EXPERIMENTS) - shipped)
+    assert unshipped  # parity-paper32-interpolation, for one
+    evaluate = cli.build_parser()._subparsers._group_actions[0].choices["evaluate"]
+    offered = next(a.choices for a in evaluate._actions if a.dest == "pretrained")
+    assert sorted(offered) == sorted(shipped)
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["evaluate", "--pretrained", unshipped[0]])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "invalid choice" in err[0] and all(e in err[0] for e in shipped)
+
+
+def test_a_run_that_is_not_shipped_is_refused_at_once_with_a_short_list(capsys, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("nothing is loaded for a run that is not shipped")
+
+    monkeypatch.setattr(checkpoints, "load_pretrained", never)
+    assert cli.main(["evaluate", *ACT_RUN[:4], "--tau", "0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "act-tau=0.01-halting_bias=-3 (seeds 0, 1, 2)" in err[0]
+    assert "pondernet-" not in err[0] and len(err[0]) < 700  # that method's runs only
+    assert cli.main(["evaluate", "--pretrained", "parity-interpolation", "--tau", "0.01"]) == 2
+    assert "add --method act" in capsys.readouterr().err
+
+
+def test_train_prints_none_of_the_noise_the_package_causes_and_keeps_real_warnings(tmp_path, capsys, caplog):
+    import logging
+    import warnings
+
+    start = training.History.on_train_epoch_start
+
+    def warn(self, trainer, pl_module):
+        warnings.warn("a real warning", UserWarning, stacklevel=2)
+        start(self, trainer, pl_module)
+
+    before = list(warnings.filters)
+    with warnings.catch_warnings(record=True) as caught, pytest.MonkeyPatch.context() as patch:
+        warnings.simplefilter("always")
+        patch.setattr(training.History, "on_train_epoch_start", warn)
+        caplog.set_level(logging.INFO)
+        train(tiny(tmp_path))
+    messages = [str(w.message) for w in caught]
+    assert "a real warning" in messages
+    assert not [m for m in messages if "LeafSpec" in m or "log_every_n_steps" in m], messages
+    assert "litlogger" not in caplog.text + capsys.readouterr().err
+    assert "GPU available" in caplog.text  # Lightning's other messages stay
+    assert list(warnings.filters) == before  # the filters are the caller's again
