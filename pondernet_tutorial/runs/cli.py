@@ -267,9 +267,8 @@ def main(argv=None) -> int:
 
         if not is_write_refusal(error):
             raise
-        print(
-            f"error: {error if isinstance(error, WriteFailedError) else write_failed(error)}", file=sys.stderr
-        )
+        line = error if isinstance(error, WriteFailedError) else write_failed(error, whole=False)
+        print(f"error: {line}", file=sys.stderr)
         return 1
 
 

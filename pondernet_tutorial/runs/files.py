@@ -61,19 +61,22 @@ def _free_space(path: Path) -> str:
     return "free space unknown"
 
 
-def write_failed(error: OSError, path: str | os.PathLike | None = None) -> WriteFailedError:
+def write_failed(
+    error: OSError, path: str | os.PathLike | None = None, whole: bool = True
+) -> WriteFailedError:
     """``error`` (one of :data:`WRITE_ERRNOS`) as a one-line :class:`WriteFailedError` naming the file
-    (``path``, else the error's own file name) and the free space on its disk."""
+    (``path``, else the error's own file name) and the free space on its disk. ``whole``: the write went
+    through :func:`atomic_file`, so nothing was left half-written (else the file was not necessarily
+    being written: "could not use")."""
     where = Path(os.fsdecode(path if path is not None else error.filename or "."))
     reason = error.strerror or os.strerror(error.errno) if error.errno else str(error)
     if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         advice = "choose a folder you can write to (--output-dir), or change its permissions"
     else:
         advice = "free some space, or choose a folder on another disk (--output-dir), then run again"
-    return WriteFailedError(
-        error.errno,
-        f"could not write {where} ({reason}; {_free_space(where)}): nothing was left half-written; {advice}.",
-    )
+    what = f"could not write {where}" if whole else f"could not use {where}"
+    kept = "nothing was left half-written; " if whole else ""
+    return WriteFailedError(error.errno, f"{what} ({reason}; {_free_space(where)}): {kept}{advice}.")
 
 
 def is_write_refusal(error: BaseException) -> bool:

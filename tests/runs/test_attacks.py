@@ -607,3 +607,17 @@ def test_train_prints_none_of_the_noise_the_package_causes_and_keeps_real_warnin
     assert "litlogger" not in caplog.text + capsys.readouterr().err
     assert "GPU available" in caplog.text  # Lightning's other messages stay
     assert list(warnings.filters) == before  # the filters are the caller's again
+
+
+def test_a_refusal_outside_the_package_writes_is_one_line_too(tmp_path, monkeypatch, capsys):
+    """Lightning's own files (its logs) are not written by atomic_file: the line names the file."""
+    from pondernet_tutorial.runs import training as module
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "logs" / "metrics.csv"))
+
+    monkeypatch.setattr(module, "train", refuse)
+    assert cli.main(["train", *map(str, TINY_ARGS), "--output-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: could not use {tmp_path / 'logs' / 'metrics.csv'}")
+    assert "MiB free" in err[0] and "Traceback" not in err[0]
