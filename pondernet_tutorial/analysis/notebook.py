@@ -129,7 +129,9 @@ def load_model(root, run):
 def load_json(root, run, name: str = "metadata.json") -> dict:
     import json
 
-    return json.loads(run_file(root, run, name).read_text())
+    from ..runs.files import read_regular
+
+    return json.loads(read_regular(run_file(root, run, name)).decode("utf-8"))
 
 
 def load_table(root, runs, name: str):
@@ -137,9 +139,11 @@ def load_table(root, runs, name: str):
     columns (experiment, variant, seed, ...) in front."""
     import pandas as pd
 
+    from ..runs.files import read_table
+
     frames = []
     for _, run in runs.iterrows():
-        frame = pd.read_csv(run_file(root, run, name))
+        frame = read_table(run_file(root, run, name))
         for column in ("experiment", "variant", "method", "seed"):
             frame.insert(0, column, run[column])
         frames.append(frame)

@@ -34,10 +34,15 @@ from ..registry import LOSSES, UnregisteredComponentError, check_registered, is_
 from ..steps import STEP_OPTIONS, STEPS
 from .build import make_module
 from .config import PRETRAINED_DIR, TrainConfig, _plain, check_same_identity, identity_differences
-from .files import read_json, torch_save
+from .files import DamagedFileError, open_regular, read_json, torch_save
 
 FORMAT = "pondernet_tutorial/weights-v2"
 TRUST_HINT = "Load it only if you trust the file: load_model(..., trust_code=True), or evaluate --trust-code"
+
+
+# A checkpoint holds the weights (4 bytes each, at most MAX_PARAMETERS of them) and a few kB of settings;
+# twice that, plus room for the optimizer's state of a Lightning .ckpt, bounds a file this package wrote
+MAX_CHECKPOINT_BYTES = 3 * 4 * MAX_PARAMETERS + 64 * 2**20
 
 
 class CheckpointError(RuntimeError):
@@ -179,12 +184,19 @@ def load_model(
             The message is one line.
     """
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise CheckpointError(
             f"no checkpoint at {path}; train one with `python -m pondernet_tutorial train`."
         )
+    try:  # a regular file of bounded size only: a FIFO or a device never blocks or fills the memory
+        file = open_regular(path, MAX_CHECKPOINT_BYTES)
+    except (DamagedFileError, OSError) as error:
+        raise CheckpointError(
+            f"{path} is not a checkpoint ({error.strerror or error}): give the model.pt file of a run."
+        ) from None
     try:
-        blob = torch.load(path, map_location=map_location, weights_only=True)
+        with file:
+            blob = torch.load(file, map_location=map_location, weights_only=True)
     except Exception as error:
         raise _read_error(path, error) from None
     if not isinstance(blob, dict) or "state_dict" not in blob:

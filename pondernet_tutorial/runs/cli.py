@@ -16,7 +16,15 @@ from ..methods import METHOD_OPTIONS, METHODS
 from ..options import Option, at_least
 from ..registry import EXPERIMENTS, get_experiment
 from ..steps import STEPS
-from .config import FIELD_OPTIONS, TrainConfig, default_value
+from .config import FIELD_OPTIONS, PRETRAINED_DIR, TrainConfig, default_value
+from .config import option as declared_option
+
+# evaluate --pretrained names a shipped run by the options that name it in train (--tau, --lambda-p, ...)
+RUN_OPTIONS = tuple(
+    f.name
+    for f in fields(TrainConfig)
+    if declared_option(f.name).identity and f.name not in ("experiment", "method", "seed", "quick")
+)
 
 # The options that reproduce shares with every run it trains (declared with reproduce=True).
 REPRODUCE_OPTIONS = tuple(name for name, option in FIELD_OPTIONS.items() if option.reproduce)
@@ -117,6 +125,17 @@ def _config_values(args, names) -> dict:
     return values
 
 
+def shipped_runs() -> dict[str, dict[str, list[int]]]:
+    """The shipped runs with weights, without importing PyTorch: ``{experiment: {variant: [seeds]}}``."""
+    runs: dict[str, dict[str, list[int]]] = {}
+    for model in sorted(PRETRAINED_DIR.glob("*/*/seed*/model.pt")):
+        seed = model.parent.name.removeprefix("seed")
+        if seed.isdigit():
+            variants = runs.setdefault(model.parent.parent.parent.name, {})
+            variants.setdefault(model.parent.parent.name, []).append(int(seed))
+    return {e: runs[e] for e in EXPERIMENTS if e in runs}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="python -m pondernet_tutorial",
@@ -144,7 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument(
         "--checkpoint", help="a model.pt written by `train` (its metadata.json names the experiment)"
     )
-    src.add_argument("--pretrained", choices=list(EXPERIMENTS), help="a shipped run of this experiment")
+    src.add_argument(
+        "--pretrained",
+        choices=list(shipped_runs()),
+        help="a shipped run of this experiment (the experiments with shipped runs); name the run by its "
+        "method, seed and the options it was trained with (as in train: --tau, --lambda-p, ...)",
+    )
     p_eval.add_argument(
         "--experiment",
         choices=list(EXPERIMENTS),
@@ -157,6 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --pretrained: the method [pondernet]",
     )
     p_eval.add_argument("--seed", type=int, default=0, help="with --pretrained: the seed [0]")
+    _add_options(
+        p_eval.add_argument_group("the shipped run's options (with --pretrained, as in train)"), RUN_OPTIONS
+    )
     p_eval.add_argument(
         "--angles",
         type=float,
@@ -235,6 +262,14 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # the reader of the output went away: no traceback, as Python's docs advise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except OSError as error:  # a full disk, no permission: one line naming the file and the free space
+        from .files import WriteFailedError, is_write_refusal, write_failed
+
+        if not is_write_refusal(error):
+            raise
+        line = error if isinstance(error, WriteFailedError) else write_failed(error, whole=False)
+        print(f"error: {line}", file=sys.stderr)
+        return 1
 
 
 def _interrupted_line(args, error) -> str:
@@ -256,6 +291,7 @@ def _user_errors():
     from ..data.mnist import MNISTDamagedError, MNISTNotFoundError
     from .checkpoints import CheckpointError
     from .config import ConfigMismatchError
+    from .files import DamagedFileError
     from .training import MissingPackageError, TrainingDivergedError
 
     try:  # Lightning's error for a bad --accelerator, --devices or --strategy
@@ -265,6 +301,7 @@ def _user_errors():
     return (
         CheckpointError,
         ConfigMismatchError,
+        DamagedFileError,
         MNISTDamagedError,
         MNISTNotFoundError,
         FileExistsError,
@@ -360,9 +397,16 @@ def _evaluate(args) -> None:
     limit = _checked(LIMIT.validate, "--limit", args.limit)
     if args.output:
         _checked(check_writable_file, args.output)
+    given = _config_values(args, RUN_OPTIONS)
     if args.pretrained:
         experiment_name = args.pretrained
+        pretrained = _pretrained_config(args, given)  # the run is found before PyTorch is imported
     else:
+        if given:
+            raise UserError(
+                f"--{next(iter(given)).replace('_', '-')} names a shipped run: use it with --pretrained; "
+                "a --checkpoint's options are recorded in it."
+            )
         recorded = _recorded_experiment(Path(args.checkpoint))
         experiment_name = args.experiment or recorded
         if experiment_name is None:
@@ -386,20 +430,15 @@ def _evaluate(args) -> None:
         rotations = _checked(rotation_sweep, angles, uniform)
 
     from .checkpoints import load_model, load_pretrained
-    from .config import PRETRAINED_DIR
     from .evaluation import evaluate, summarize
     from .training import make_datamodule
 
     if args.pretrained:
-        config = _config(
-            {
-                "experiment": args.pretrained,
-                "method": args.method,
-                "seed": args.seed,
-                "output_dir": str(PRETRAINED_DIR),
-            }
+        config = pretrained
+        print(f"== evaluating the shipped run {_run_name(config)}", file=sys.stderr, flush=True)
+        module = load_pretrained(
+            config.experiment, config.method, config.seed, trust_code=args.trust_code, **given
         )
-        module = load_pretrained(config.experiment, config.method, config.seed, trust_code=args.trust_code)
     else:
         config = _config({"experiment": experiment_name})
         module = load_model(args.checkpoint, trust_code=args.trust_code)
@@ -416,8 +455,51 @@ def _evaluate(args) -> None:
     table = summarize(per_sample, experiment.group_by)
     columns = [*experiment.group_by, "accuracy", "halt_step", "expected_steps", "n"]
     print(table[columns].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    run = f"{config.experiment}/{config.variant} seed {config.seed}" if args.pretrained else args.checkpoint
+    accuracy = (per_sample["prediction"] == per_sample["label"]).mean()
+    print(
+        f"{run}: accuracy {accuracy:.4f}, mean steps {per_sample['halt_step'].mean():.2f} (expected "
+        f"{per_sample['expected_steps'].mean():.2f}) over {len(per_sample):,} test samples"
+    )
     if args.output:
-        per_sample.to_csv(args.output, index=False)
+        from .files import write_csv
+
+        write_csv(args.output, per_sample, index=False)  # whole, or not at all
+
+
+def _run_name(config: TrainConfig) -> str:
+    return f"{config.experiment}/{config.variant}/seed{config.seed}"
+
+
+def _pretrained_config(args, given: dict) -> TrainConfig:
+    """The configuration of the shipped run that ``evaluate --pretrained`` names, refused in one line,
+    before PyTorch is imported, when no such run is shipped."""
+    for name in given:
+        if name not in FIELD_OPTIONS and name not in METHOD_OPTIONS[args.method]:
+            owners = [m for m, declared in METHOD_OPTIONS.items() if name in declared]
+            raise UserError(
+                f"--{name.replace('_', '-')} is an option of {' and '.join(owners)}, not of {args.method}: "
+                f"add --method {owners[0]}."
+            )
+    config = _config(
+        {
+            "experiment": args.pretrained,
+            "method": args.method,
+            "seed": args.seed,
+            "output_dir": str(PRETRAINED_DIR),
+            **given,
+        }
+    )
+    variants = shipped_runs().get(args.pretrained, {})
+    if config.seed in variants.get(config.variant, []):
+        return config
+    mine = {v: seeds for v, seeds in variants.items() if v.split("-")[0] == args.method}
+    listed = [f"{v} (seeds {', '.join(map(str, seeds))})" for v, seeds in list(mine.items())[:8]]
+    more = f" and {len(mine) - 8} more (see `list`)" if len(mine) > 8 else ""
+    raise UserError(
+        f"no shipped model {_run_name(config)}; shipped {args.method} runs of {args.pretrained}: "
+        f"{'; '.join(listed) or 'none'}{more}. Name one by its options, as in train (e.g. --tau 0.01)."
+    )
 
 
 def _recorded_experiment(checkpoint) -> str | None:

@@ -19,6 +19,7 @@ looks it up in Lightning, and more CPU devices than cores under ``auto`` asks Py
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
@@ -385,11 +386,35 @@ class TrainConfig:
         parts = [self.method] + [f"{k}={_slug(mine[k])}" for k in named + different]
         if self.quick:
             parts.append("quick")
-        return "-".join(parts)
+        return safe_name("-".join(parts))
 
     @property
     def run_dir(self) -> Path:
-        return Path(self.output_dir) / self.experiment / self.variant / f"seed{self.seed}"
+        names = [safe_name(self.experiment), self.variant, safe_name(f"seed{self.seed}")]
+        return Path(self.output_dir).joinpath(*names)
+
+
+# The characters a folder name keeps as they are (every shipped run's name is made of them); any other
+# character, a path separator included, is written as %XX (its UTF-8 bytes), so no option can add a
+# folder level, climb out with "..", or make the name absolute. 255 bytes is the common file-system limit.
+SAFE_NAME_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._=,+-")
+MAX_NAME_BYTES = 255
+
+
+def safe_name(name: str) -> str:
+    """``name`` as one safe folder name: characters outside :data:`SAFE_NAME_CHARACTERS` become %XX,
+    ``.``/``..``/an empty name are encoded too, and a name longer than :data:`MAX_NAME_BYTES` is cut and
+    ends with a hash of the whole (the run's metadata.json still records every option)."""
+    encoded = "".join(
+        c if c in SAFE_NAME_CHARACTERS else "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
+        for c in str(name)
+    )
+    if encoded in ("", ".", ".."):
+        encoded = "".join(f"%{ord(c):02X}" for c in encoded) or "%00"
+    if len(encoded) > MAX_NAME_BYTES:
+        digest = hashlib.sha256(encoded.encode("ascii")).hexdigest()[:16]
+        encoded = f"{encoded[: MAX_NAME_BYTES - 17]}~{digest}"
+    return encoded
 
 
 def _slug(value) -> str:

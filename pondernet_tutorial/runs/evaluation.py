@@ -20,7 +20,7 @@ import torch
 from ..data.base import EvalSet
 from ..losses import per_sample_loss
 from .config import TrainConfig, identity_differences
-from .files import folder_lock, read_json, write_csv, write_json
+from .files import folder_lock, read_json, read_table, write_csv, write_json
 
 EVAL_FORMAT = "pondernet_tutorial/evaluation-v3"
 RUN_TABLES = ("summary.csv", "per_step.csv", "per_class.csv")
@@ -257,7 +257,7 @@ def evaluate_run(
 def load_run_tables(run_dir: str | Path, per_sample: bool = False) -> dict[str, pd.DataFrame]:
     """A run's evaluation tables (and its per-sample table, where it was kept)."""
     run_dir = Path(run_dir)
-    tables = {t.removesuffix(".csv"): pd.read_csv(run_dir / t) for t in RUN_TABLES}
-    if per_sample and (run_dir / "per_sample.csv.gz").is_file():
-        tables["per_sample"] = pd.read_csv(run_dir / "per_sample.csv.gz")
+    tables = {t.removesuffix(".csv"): read_table(run_dir / t) for t in RUN_TABLES}
+    if per_sample and (run_dir / "per_sample.csv.gz").exists():
+        tables["per_sample"] = read_table(run_dir / "per_sample.csv.gz")
     return tables

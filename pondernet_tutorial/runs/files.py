@@ -16,9 +16,11 @@ this host) is stale and is taken over. This module imports neither PyTorch nor p
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
+import shutil
 import socket
 import stat
 import sys
@@ -32,6 +34,54 @@ TEMP_SUFFIX = ".tmp"
 
 # ---------------------------------------------------------------------------------------------------
 # Atomic writes
+
+
+# The errors that mean the disk or the permissions refuse a write, not a fault of the package
+WRITE_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in ("ENOSPC", "EDQUOT", "EFBIG", "EACCES", "EPERM", "EROFS")
+    if hasattr(errno, name)
+)
+
+
+class WriteFailedError(OSError):
+    """A file could not be written (a full disk, no permission, a read-only disk): one line that names
+    the file and the free space on its disk."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def _free_space(path: Path) -> str:
+    for folder in [path, *path.parents]:
+        try:
+            return f"{shutil.disk_usage(folder).free / 2**20:,.1f} MiB free"
+        except OSError:
+            continue
+    return "free space unknown"
+
+
+def write_failed(
+    error: OSError, path: str | os.PathLike | None = None, whole: bool = True
+) -> WriteFailedError:
+    """``error`` (one of :data:`WRITE_ERRNOS`) as a one-line :class:`WriteFailedError` naming the file
+    (``path``, else the error's own file name) and the free space on its disk. ``whole``: the write went
+    through :func:`atomic_file`, so nothing was left half-written (else the file was not necessarily
+    being written: "could not use")."""
+    where = Path(os.fsdecode(path if path is not None else error.filename or "."))
+    reason = error.strerror or os.strerror(error.errno) if error.errno else str(error)
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        advice = "choose a folder you can write to (--output-dir), or change its permissions"
+    else:
+        advice = "free some space, or choose a folder on another disk (--output-dir), then run again"
+    what = f"could not write {where}" if whole else f"could not use {where}"
+    kept = "nothing was left half-written; " if whole else ""
+    return WriteFailedError(error.errno, f"{what} ({reason}; {_free_space(where)}): {kept}{advice}.")
+
+
+def is_write_refusal(error: BaseException) -> bool:
+    """Whether ``error`` is the disk's or the permissions' refusal of a write (see :data:`WRITE_ERRNOS`)."""
+    return isinstance(error, OSError) and error.errno in WRITE_ERRNOS
 
 
 def _temp_name(path: Path) -> Path:
@@ -74,11 +124,16 @@ def atomic_file(path: str | os.PathLike, mode: str = "w", **open_options):
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_file writes a whole file: mode 'w' or 'wb', got {mode!r}.")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_temps(path)
     temp = _temp_name(path)
-    # O_EXCL: a fresh file of our own; 0o666 lets the umask decide the permissions, as open() does
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temps(path)
+        # O_EXCL: a fresh file of our own; 0o666 lets the umask decide the permissions, as open() does
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    except OSError as error:
+        if is_write_refusal(error):
+            raise write_failed(error, path) from None
+        raise
     if mode == "w":
         open_options.setdefault("encoding", "utf-8")
         open_options.setdefault("newline", "")  # the text is written as given (csv writes its own ends)
@@ -88,11 +143,25 @@ def atomic_file(path: str | os.PathLike, mode: str = "w", **open_options):
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(OSError):
             temp.unlink()
+        refusal = _write_refusal(error)
+        if refusal is not None:
+            raise write_failed(refusal, path) from None
         raise
     _fsync_folder(path.parent)
+
+
+def _write_refusal(error: BaseException) -> OSError | None:
+    """The disk's refusal behind ``error``, if there is one: the error itself, or the one that a writer
+    (PyTorch's, pandas') wrapped into its own exception."""
+    seen = 0
+    while error is not None and seen < 8:
+        if is_write_refusal(error):
+            return error
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
@@ -128,26 +197,95 @@ def torch_save(obj, path: str | os.PathLike) -> Path:
 
 
 MAX_READ_BYTES = 64 * 2**20  # metadata.json, study.json, locks: a few kB; a bigger file is damaged
+# tables (history.csv, the evaluation and study tables, per_sample.csv.gz): the largest shipped one holds
+# 4.5 MB gzipped, about 40 MB of text; a table 25 times bigger is not one the package wrote
+MAX_TABLE_BYTES = 1 * 2**30
 
 
-def read_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES) -> bytes:
-    """The bytes of ``path`` if it is a regular file (a link to one is followed) of at most ``cap``
-    bytes. A FIFO, a device (``/dev/zero``), a folder or a bigger file raises ``OSError`` at once:
-    nothing blocks, nothing is read without bound."""
+class DamagedFileError(OSError):
+    """A file the package reads is not a regular file of bounded size (a FIFO, a device such as
+    ``/dev/zero``, a folder, a file too big): one line that names it."""
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
+def open_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES):
+    """``path`` open for binary reading if it is a regular file (a link to one is followed) of at most
+    ``cap`` bytes; a FIFO, a device, a folder or a bigger file raises :class:`DamagedFileError` at once
+    (the open never blocks: ``O_NONBLOCK``). The check is made on the open file, so the file cannot be
+    swapped between the check and the read."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise OSError(f"{path} is not a regular file")
+            raise DamagedFileError(errno.EINVAL, f"{path} is not a regular file")
         if info.st_size > cap:
-            raise OSError(f"{path} holds {info.st_size:,} bytes, more than {cap:,}")
-        with os.fdopen(os.dup(fd), "rb") as file:
-            data = file.read(cap + 1)
-        if len(data) > cap:
-            raise OSError(f"{path} holds more than {cap:,} bytes")
-        return data
+            raise DamagedFileError(errno.EFBIG, f"{path} holds {info.st_size:,} bytes, more than {cap:,}")
+        return os.fdopen(os.dup(fd), "rb")
     finally:
         os.close(fd)
+
+
+def read_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES) -> bytes:
+    """The bytes of ``path`` if it is a regular file (see :func:`open_regular`) of at most ``cap`` bytes:
+    nothing blocks, nothing is read without bound."""
+    with open_regular(path, cap) as file:
+        data = file.read(cap + 1)
+    if len(data) > cap:
+        raise DamagedFileError(errno.EFBIG, f"{path} holds more than {cap:,} bytes")
+    return data
+
+
+class _Capped:
+    """A binary reader that raises :class:`DamagedFileError` after ``cap`` bytes (a gzip bomb)."""
+
+    def __init__(self, raw, cap: int, path):
+        self.raw, self.cap, self.path, self.count = raw, cap, path, 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(self.cap + 1 - self.count if size is None or size < 0 else size)
+        self.count += len(data)
+        if self.count > self.cap:
+            raise DamagedFileError(errno.EFBIG, f"{self.path} holds more than {self.cap:,} bytes of table")
+        return data
+
+    def readable(self) -> bool:
+        return True
+
+    def __iter__(self):
+        return iter(self.readline, b"")
+
+    def readline(self, size: int = -1) -> bytes:
+        line = self.raw.readline(self.cap + 1 - self.count)
+        self.count += len(line)
+        if self.count > self.cap:
+            raise DamagedFileError(errno.EFBIG, f"{self.path} holds more than {self.cap:,} bytes of table")
+        return line
+
+
+def read_table(path: str | os.PathLike, cap: int = MAX_TABLE_BYTES, **read_csv_options):
+    """A CSV table (gzip-compressed when ``path`` ends with ``.gz``) as a pandas ``DataFrame``, read only
+    if it is a regular file of at most ``cap`` bytes, compressed and uncompressed.
+
+    Raises:
+        FileNotFoundError: no such file.
+        DamagedFileError: not a regular file, too big, or not a readable table (one line).
+    """
+    import gzip
+
+    import pandas as pd
+
+    path = Path(path)
+    with open_regular(path, cap) as file:
+        raw = gzip.GzipFile(fileobj=file, mode="rb") if path.suffix == ".gz" else file
+        try:
+            return pd.read_csv(_Capped(raw, cap, path), **read_csv_options)
+        except DamagedFileError:
+            raise
+        except (ValueError, OSError, EOFError, UnicodeDecodeError, pd.errors.ParserError) as error:
+            text = " ".join(str(error).split())[:200]
+            raise DamagedFileError(errno.EINVAL, f"{path} is not a readable table ({text})") from None
 
 
 def read_json(path: str | os.PathLike) -> dict | None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from ..methods import METHOD_OPTIONS
 from .config import PRETRAINED_DIR, ConfigMismatchError, TrainConfig, check_not_shipped, identity_differences
-from .files import folder_lock, read_json, write_csv, write_json
+from .files import folder_lock, read_json, read_table, write_csv, write_json
 from .processes import is_rank_zero, stop_on_signals
 
 if TYPE_CHECKING:  # pandas is imported where it is used: listing the studies stays light
@@ -484,7 +484,6 @@ def prune_for_shipping(studies, root: Path, plan: dict[str, list[TrainConfig]] |
 def load_study(name: str, root: str | Path | None = None) -> dict[str, pd.DataFrame]:
     """A study's tables (``runs``, ``summary``, ``per_step``, ``per_class``, and ``per_angle`` for MNIST)
     and its ``study.json``."""
-    import pandas as pd
 
     folder = Path(root or PRETRAINED_DIR) / "studies" / name
     if not folder.is_dir():
@@ -499,6 +498,6 @@ def load_study(name: str, root: str | Path | None = None) -> dict[str, pd.DataFr
             f"the tables of study {name!r} in {folder.parent} are incomplete (no readable study.json): run "
             f"`python -m pondernet_tutorial reproduce --study {name}` again."
         )
-    tables = {t: pd.read_csv(folder / f"{t}.csv") for t in names if (folder / f"{t}.csv").is_file()}
+    tables = {t: read_table(folder / f"{t}.csv") for t in names if os.path.lexists(folder / f"{t}.csv")}
     tables["study"] = record
     return tables

@@ -12,12 +12,16 @@ was killed is simply trained again.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import platform
+import re
 import shutil
 import statistics
 import sys
 import time
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -209,6 +213,42 @@ def check_trainer(config: TrainConfig) -> L.Trainer:
         ) from error
 
 
+# What the package's own use of Lightning prints and a user cannot act on, silenced by its exact words
+# (every other warning and message is kept): Lightning's advertisement for its cloud logger, PyTorch's
+# deprecation of the LeafSpec that Lightning itself calls, and the logging-interval warning that the
+# package's small quick and subset runs (fewer batches than log_every_n_steps) cause.
+NOISE_WARNINGS = (
+    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+    r"`LeafSpec` is deprecated",
+    r"The number of training batches \(\d+\) is smaller than the logging interval Trainer\(log_every_n_steps=",
+)
+NOISE_LOGS = (re.compile(r"Tip: For seamless cloud logging .*litlogger"),)
+NOISE_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+
+
+class _DropNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(pattern.search(record.getMessage()) for pattern in NOISE_LOGS)
+
+
+@contextlib.contextmanager
+def quiet_lightning():
+    """Within the block, drop :data:`NOISE_WARNINGS` and :data:`NOISE_LOGS`, and nothing else; the
+    caller's warning filters and loggers come back after it."""
+    noise = _DropNoise()
+    loggers = [logging.getLogger(name) for name in NOISE_LOGGERS]
+    with warnings.catch_warnings():
+        for message in NOISE_WARNINGS:
+            warnings.filterwarnings("ignore", message=message)
+        for logger in loggers:
+            logger.addFilter(noise)
+        try:
+            yield
+        finally:
+            for logger in loggers:
+                logger.removeFilter(noise)
+
+
 def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> tuple[PonderLitModule, dict]:
     """Train one run and write ``history.csv``, ``metadata.json`` and ``model.pt`` to its folder.
 
@@ -228,7 +268,7 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
         Interrupted: (a ``KeyboardInterrupt``) on Ctrl-C, SIGTERM or SIGHUP; the folder keeps no
             ``model.pt``, and the next call trains the run again.
     """
-    with stop_on_signals():  # a stop is a failure, never Lightning's exit status 0
+    with stop_on_signals(), quiet_lightning():  # a stop is a failure, never Lightning's exit status 0
         return _train(config, overwrite, wait)
 
 

@@ -4,6 +4,7 @@ stay inside the output folder. Each test failed on the code before these changes
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ from pondernet_tutorial.runs.config import PRETRAINED_DIR
 from pondernet_tutorial.runs.processes import Interrupted
 from pondernet_tutorial.runs.studies import reproduce
 from pondernet_tutorial.runs.training import train
+from pondernet_tutorial.steps.parity import ParityStep
 
 tiny_study = pytest.fixture(test_faults.tiny_study.__wrapped__)
 
@@ -314,3 +316,308 @@ def test_a_run_folder_that_is_a_symlink_outside_is_refused_and_nothing_outside_i
     with pytest.raises(FileExistsError, match="symbolic link"):
         train(config)
     assert (outside / "keep").read_text() == "mine" and not (outside / "model.pt").exists()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Row 13: folder names are safe
+
+
+class KwargsStep(ParityStep):
+    """A user's step function, named by import path (``test_attacks:KwargsStep``), that takes any
+    option: nothing declares its options, so only the folder naming can keep them safe."""
+
+    def __init__(self, n_elements: int = 16, n_classes: int = 2, hidden_size: int = 16, **extra):
+        super().__init__(n_elements, n_classes, hidden_size)
+
+
+ESCAPES = ["../../../../escaped", "/tmp/absolute", "..", "a\\b", "x" * 400, "é/../ü"]
+
+
+@pytest.mark.parametrize("value", ESCAPES, ids=["dotdot", "absolute", "parent", "backslash", "long", "utf8"])
+def test_a_string_option_of_a_step_named_by_path_stays_one_folder_name(tmp_path, value):
+    root = tmp_path / "runs"
+    config = tiny(root, step="test_attacks:KwargsStep", step_options={"hidden_size": 16, "name": value})
+    run_dir = config.run_dir
+    assert run_dir.parent.parent.parent == root  # <root>/<experiment>/<variant>/seed0, nothing more
+    assert run_dir.resolve().is_relative_to(root.resolve())
+    name = run_dir.parent.name
+    assert "/" not in name and "\\" not in name and name not in ("", ".", "..")
+    assert len(name.encode()) <= 255
+    # a key is as dangerous as a value
+    keyed = tiny(root, step="test_attacks:KwargsStep", step_options={"hidden_size": 16, value: 1})
+    assert keyed.run_dir.parent.parent.parent == root
+
+
+def test_folder_names_are_distinct_for_distinct_options(tmp_path):
+    names = {
+        tiny(tmp_path, step="test_attacks:KwargsStep", step_options={"hidden_size": 16, "name": v}).variant
+        for v in ["a/b", "a%2Fb", "a_b", "x" * 400, "x" * 401]
+    }
+    assert len(names) == 5
+
+
+def test_training_with_an_escaping_option_writes_only_inside_the_output_folder(tmp_path, capsys):
+    root = tmp_path / "a" / "b" / "c" / "d" / "runs"
+    argv = ["train", *map(str, TINY_ARGS), "--output-dir", str(root), "--step", "test_attacks:KwargsStep"]
+    assert cli.main([*argv, "--step-option", "name=../../../../escaped"]) == 0
+    outside = [p for p in tmp_path.rglob("*") if not p.is_relative_to(root) and not root.is_relative_to(p)]
+    assert outside == []
+    assert len(list(root.rglob("model.pt"))) == 1
+
+
+def test_every_shipped_run_keeps_its_folder_name():
+    """Every shipped run's name is already safe, so safe_name leaves it as it is."""
+    from pondernet_tutorial.runs.config import safe_name
+
+    shipped = [p.parent.parent.name for p in PRETRAINED_DIR.glob("*/*/seed*/model.pt")]
+    assert len(shipped) > 100 and all(safe_name(n) == n for n in shipped)
+
+
+# ---------------------------------------------------------------------------------------------------
+# A full disk, no permission: one line that names the file and the free space, nothing half-written
+
+REFUSALS = [(errno.ENOSPC, "No space left on device"), (errno.EACCES, "Permission denied")]
+
+
+def refuse_fsync(monkeypatch, code, text):
+    def fsync(fd):
+        raise OSError(code, text)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+def refuse_temp_files(monkeypatch, code, text):
+    real = os.open
+
+    def open_(path, *args, **kwargs):
+        if str(path).endswith(".tmp"):
+            raise OSError(code, text, str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+
+
+@pytest.mark.parametrize("code,text", REFUSALS, ids=["ENOSPC", "EACCES"])
+@pytest.mark.parametrize("where", ["fsync", "open", "write"])
+def test_a_refused_write_is_one_line_with_the_file_and_free_space_and_leaves_the_old_file(
+    tmp_path, monkeypatch, code, text, where
+):
+    from pondernet_tutorial.runs.files import WriteFailedError, atomic_file, write_text
+
+    path = tmp_path / "metadata.json"
+    path.write_text("old")
+    if where == "fsync":
+        refuse_fsync(monkeypatch, code, text)
+    elif where == "open":
+        refuse_temp_files(monkeypatch, code, text)
+    with pytest.raises(WriteFailedError) as caught:
+        if where == "write":  # the writer itself (pandas, torch) hits the full disk
+            with atomic_file(path) as handle:
+                handle.write("new")
+                raise OSError(code, text)
+        else:
+            write_text(path, "new")
+    line = str(caught.value)
+    assert "\n" not in line and str(path) in line and "MiB free" in line
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["metadata.json"]
+
+
+@pytest.mark.parametrize("code,text", REFUSALS, ids=["ENOSPC", "EACCES"])
+def test_a_full_disk_or_no_permission_during_train_is_one_error_line(
+    tmp_path, monkeypatch, capsys, code, text
+):
+    refuse_fsync(monkeypatch, code, text)
+    status = cli.main(["train", *map(str, TINY_ARGS), "--output-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: could not write ") and "MiB free" in last and str(tmp_path) in last
+    assert not list(tmp_path.rglob("model.pt")) and not [p for p in tmp_path.rglob("*") if p.suffix == ".tmp"]
+    assert leftovers(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------------
+# Files the package reads: checkpoints and tables too are read only when regular and small
+
+
+def make_unreadable(path: Path, how: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    if how == "fifo":
+        os.mkfifo(path)
+    elif how == "devzero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+
+
+def finishes_within(seconds, function, *args):
+    """``function(*args)``'s result or exception, failing the test if it has not finished in time."""
+    import threading
+
+    outcome = []
+
+    def call():
+        try:
+            outcome.append(function(*args))
+        except BaseException as error:  # noqa: BLE001 - handed to the test
+            outcome.append(error)
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert outcome, f"{function.__name__} still runs after {seconds} s (blocked or reading without end)"
+    return outcome[0]
+
+
+@pytest.mark.parametrize("how", ["fifo", "devzero", "folder"])
+def test_a_checkpoint_that_is_not_a_regular_file_is_one_line_at_once(tmp_path, how, capsys):
+    path = tmp_path / "model.pt"
+    make_unreadable(path, how)
+    error = finishes_within(10, load_model, path)
+    assert isinstance(error, CheckpointError) and "\n" not in str(error) and "regular file" in str(error)
+    status = finishes_within(
+        10, cli.main, ["evaluate", "--checkpoint", str(path), "--experiment", "parity-interpolation"]
+    )
+    assert status == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and str(path) in err[0]
+
+
+@pytest.mark.parametrize("how", ["fifo", "devzero", "folder"])
+@pytest.mark.parametrize("name", ["per_sample.csv.gz", "summary.csv"])
+def test_a_run_table_that_is_not_a_regular_file_is_one_line_at_once(tmp_path, how, name):
+    from pondernet_tutorial.analysis.notebook import load_table
+    from pondernet_tutorial.runs.evaluation import RUN_TABLES, load_run_tables
+    from pondernet_tutorial.runs.files import DamagedFileError
+
+    run = tmp_path / "exp" / "variant" / "seed0"
+    run.mkdir(parents=True)
+    for table in RUN_TABLES:
+        (run / table).write_text("a,b\n1,2\n")
+    make_unreadable(run / name, how)
+    error = finishes_within(10, load_run_tables, run, True)
+    assert isinstance(error, DamagedFileError) and "\n" not in str(error) and name in str(error)
+    import pandas as pd
+
+    runs = pd.DataFrame(
+        [{"path": "exp/variant/seed0", "experiment": "e", "variant": "v", "method": "m", "seed": 0}]
+    )
+    error = finishes_within(10, load_table, tmp_path, runs, name)
+    assert isinstance(error, DamagedFileError)
+
+
+def test_a_study_table_that_is_a_fifo_is_one_line_at_once(tmp_path):
+    from pondernet_tutorial.runs.files import DamagedFileError, write_json
+
+    folder = tmp_path / "studies" / "faults"
+    folder.mkdir(parents=True)
+    write_json(folder / "study.json", {"study": "faults"})
+    make_unreadable(folder / "summary.csv", "fifo")
+    error = finishes_within(10, studies.load_study, "faults", tmp_path)
+    assert isinstance(error, DamagedFileError) and "summary.csv" in str(error)
+
+
+def test_a_table_that_unpacks_beyond_the_cap_is_refused(tmp_path):
+    """A gzip bomb: a few kB on the disk, far more once unpacked."""
+    import gzip
+
+    from pondernet_tutorial.runs.files import DamagedFileError, read_table
+
+    path = tmp_path / "per_sample.csv.gz"
+    path.write_bytes(gzip.compress(b"a,b\n" + b"1,2\n" * 500_000))
+    assert path.stat().st_size < 100_000
+    with pytest.raises(DamagedFileError, match="more than"):
+        read_table(path, cap=100_000)
+    assert len(read_table(path, cap=10_000_000)) == 500_000
+
+
+# ---------------------------------------------------------------------------------------------------
+# The command line says what happened
+
+ACT_RUN = ["--pretrained", "parity-interpolation", "--method", "act", "--tau", "0.01", "--halting-bias", "-3"]
+
+
+def test_evaluate_pretrained_names_the_run_by_its_options_and_ends_with_a_summary_line(tmp_path, capsys):
+    import pandas as pd
+
+    out = tmp_path / "per_sample.csv"
+    assert cli.main(["evaluate", *ACT_RUN, "--seed", "1", "--limit", "40", "--output", str(out)]) == 0
+    captured = capsys.readouterr()
+    last = captured.out.strip().splitlines()[-1]
+    run = "parity-interpolation/act-tau=0.01-halting_bias=-3"
+    assert run in captured.err  # which run it evaluates, before the work
+    assert (PRETRAINED_DIR / run / "seed1" / "model.pt").is_file()
+    per_sample = pd.read_csv(out)
+    accuracy = (per_sample["prediction"] == per_sample["label"]).mean()
+    assert last.startswith(
+        f"{run} seed 1: accuracy {accuracy:.4f}, mean steps {per_sample['halt_step'].mean():.2f}"
+    )
+
+
+def test_pretrained_offers_only_the_experiments_with_shipped_runs(capsys, monkeypatch):
+    from pondernet_tutorial.registry import EXPERIMENTS
+
+    shipped = {p.parts[-4] for p in PRETRAINED_DIR.glob("*/*/seed*/model.pt")}
+    unshipped = sorted(set(EXPERIMENTS) - shipped)
+    assert unshipped  # parity-paper32-interpolation, for one
+    evaluate = cli.build_parser()._subparsers._group_actions[0].choices["evaluate"]
+    offered = next(a.choices for a in evaluate._actions if a.dest == "pretrained")
+    assert sorted(offered) == sorted(shipped)
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["evaluate", "--pretrained", unshipped[0]])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "invalid choice" in err[0] and all(e in err[0] for e in shipped)
+
+
+def test_a_run_that_is_not_shipped_is_refused_at_once_with_a_short_list(capsys, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("nothing is loaded for a run that is not shipped")
+
+    monkeypatch.setattr(checkpoints, "load_pretrained", never)
+    assert cli.main(["evaluate", *ACT_RUN[:4], "--tau", "0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "act-tau=0.01-halting_bias=-3 (seeds 0, 1, 2)" in err[0]
+    assert "pondernet-" not in err[0] and len(err[0]) < 700  # that method's runs only
+    assert cli.main(["evaluate", "--pretrained", "parity-interpolation", "--tau", "0.01"]) == 2
+    assert "add --method act" in capsys.readouterr().err
+
+
+def test_train_prints_none_of_the_noise_the_package_causes_and_keeps_real_warnings(tmp_path, capsys, caplog):
+    import logging
+    import warnings
+
+    start = training.History.on_train_epoch_start
+
+    def warn(self, trainer, pl_module):
+        warnings.warn("a real warning", UserWarning, stacklevel=2)
+        start(self, trainer, pl_module)
+
+    before = list(warnings.filters)
+    with warnings.catch_warnings(record=True) as caught, pytest.MonkeyPatch.context() as patch:
+        warnings.simplefilter("always")
+        patch.setattr(training.History, "on_train_epoch_start", warn)
+        caplog.set_level(logging.INFO)
+        train(tiny(tmp_path))
+    messages = [str(w.message) for w in caught]
+    assert "a real warning" in messages
+    assert not [m for m in messages if "LeafSpec" in m or "log_every_n_steps" in m], messages
+    assert "litlogger" not in caplog.text + capsys.readouterr().err
+    assert "GPU available" in caplog.text  # Lightning's other messages stay
+    assert list(warnings.filters) == before  # the filters are the caller's again
+
+
+def test_a_refusal_outside_the_package_writes_is_one_line_too(tmp_path, monkeypatch, capsys):
+    """Lightning's own files (its logs) are not written by atomic_file: the line names the file."""
+    from pondernet_tutorial.runs import training as module
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "logs" / "metrics.csv"))
+
+    monkeypatch.setattr(module, "train", refuse)
+    assert cli.main(["train", *map(str, TINY_ARGS), "--output-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: could not use {tmp_path / 'logs' / 'metrics.csv'}")
+    assert "MiB free" in err[0] and "Traceback" not in err[0]

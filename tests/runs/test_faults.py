@@ -183,6 +183,7 @@ def gadget_checkpoint(path: Path, **hparams) -> Path:
     return path
 
 
+@pytest.mark.slow  # a subprocess that imports PyTorch: over 5 s on 2 shared cores
 def test_a_checkpoint_naming_torch_hub_load_runs_nothing(tmp_path, monkeypatch):
     """``torch.hub:load`` with a local hubconf.py that writes a marker: refused, in load_model, in
     load_pretrained on a tampered shipped folder and in ``evaluate --checkpoint`` (one line, exit 2)."""
@@ -227,6 +228,7 @@ def test_a_checkpoint_naming_torch_hub_load_runs_nothing(tmp_path, monkeypatch):
     assert not marker.exists()
 
 
+@pytest.mark.slow  # a subprocess that imports PyTorch: over 5 s on 2 shared cores
 def test_a_checkpoint_naming_logging_basicconfig_writes_nothing(tmp_path):
     """``logging:basicConfig(filename=..., filemode="w")`` as the step function emptied any file."""
     victim = tmp_path / "precious.txt"
@@ -277,6 +279,7 @@ def test_registered_components_take_only_the_options_they_declare(tmp_path):
             load_model(gadget_checkpoint(tmp_path / "options.pt", **hparams))
 
 
+@pytest.mark.slow  # a subprocess that imports PyTorch: over 5 s on 2 shared cores
 def test_trust_code_opts_in_to_a_checkpoint_that_names_a_component_by_its_path(tmp_path):
     """A shipped model whose step function is named by its import path, not its registered name:
     ``evaluate --checkpoint`` refuses it in one line (exit 2) and evaluates it with ``--trust-code``
@@ -413,6 +416,7 @@ def test_a_damaged_run_is_trained_again_with_a_one_line_warning(tmp_path, capsys
             assert str(config.run_dir) in warnings[0] and "training it again" in warnings[0]
 
 
+@pytest.mark.slow  # a subprocess that imports PyTorch: over 5 s on 2 shared cores
 def test_a_damaged_run_is_one_warning_and_no_traceback_on_the_command_line(tmp_path):
     config = tiny(tmp_path)
     train(config)
@@ -423,6 +427,7 @@ def test_a_damaged_run_is_one_warning_and_no_traceback_on_the_command_line(tmp_p
     assert_complete(config)
 
 
+@pytest.mark.slow  # a subprocess that imports PyTorch: over 5 s on 2 shared cores
 def test_a_model_pt_of_another_run_is_refused(tmp_path, monkeypatch):
     """model.pt carries its own hyperparameters: compared with its folder's record and with the
     request in load_model, load_pretrained, evaluate_run (reproduce's tables), run_one (retrained),
@@ -470,6 +475,7 @@ def write_lock(folder: Path, pid: int) -> Path:
     return lock
 
 
+@pytest.mark.slow  # waits on other processes while it trains: over 5 s on 2 shared cores
 def test_a_run_that_another_process_trains_is_refused_or_waited_for_in_one_line(tmp_path, capsys):
     config = tiny(tmp_path)
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
@@ -534,6 +540,7 @@ def test_two_reproduce_processes_into_one_folder_both_finish_every_run(tmp_path)
     assert not leftovers(tmp_path)
 
 
+@pytest.mark.slow  # a subprocess that imports PyTorch: over 5 s on 2 shared cores
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="two CPU processes need two cores")
 def test_only_rank_zero_prints_and_writes_in_a_ddp_run(tmp_path):
     log = tmp_path / "writes.log"
