@@ -33,6 +33,8 @@ but not Lightning.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 
 __version__ = "0.3.0"
 
@@ -70,3 +72,17 @@ def __getattr__(name: str):
     if name in _EXPORTS:
         return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
     raise AttributeError(f"module 'pondernet_tutorial' has no attribute {name!r}")
+
+
+class _Package(types.ModuleType):
+    """The package's module, which keeps a public name when a submodule has the same name: importing
+    ``pondernet_tutorial.fit`` (the module) would otherwise bind it over ``fit`` (the function), and
+    ``from pondernet_tutorial import fit`` would return the module."""
+
+    def __setattr__(self, name, value):
+        if name in _EXPORTS and isinstance(value, types.ModuleType):
+            return  # the import system binding a submodule: it stays in sys.modules
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

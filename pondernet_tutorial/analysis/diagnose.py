@@ -24,11 +24,18 @@ def diagnose(model, x, difficulty=None, show: bool = True) -> Diagnosis:
     """Diagnose whether ``model`` (a PonderNet) ponders on the batch ``x``.
 
     Args:
-        model: a PonderNet whose full unroll returns ``log_p`` of shape ``(N, B)``.
+        model: a :class:`~pondernet_tutorial.PonderNet`, in training or eval mode, or a
+            :class:`~pondernet_tutorial.PonderLitModule` around one (what ``fit`` returns); or any module
+            whose forward pass returns ``log_p`` of shape ``(N, B)``.
         x: a batch of ``B`` inputs the model accepts.
         difficulty: optional ``(B,)`` difficulty of each input (any numbers, higher is harder).
     """
-    out = model(x)
+    inner = getattr(model, "model", None)
+    method = inner if isinstance(inner, torch.nn.Module) else model  # the method inside a LitModule
+    if hasattr(method, "evaluation_forward"):  # the full unroll over the evaluation's steps, any mode
+        out = method.evaluation_forward(method.inference_input(x))
+    else:
+        out = method(x)
     if out.log_p is None:
         raise ValueError("diagnose needs a full unroll with log_p: call it on a PonderNet model")
     p = out.log_p.exp().float()  # (N, B)  p_n = λ_n ∏_{j<n}(1−λ_j)
@@ -54,6 +61,9 @@ def diagnose(model, x, difficulty=None, show: bool = True) -> Diagnosis:
     if show:
         print(
             f"expected steps E[n] = {result.mean_steps:.2f} of N = {p.shape[0]}, spread {result.spread:.2f}"
+        )
+        print(
+            "halting distribution, mean p_n for n = 1..N:", " ".join(f"{v:.2f}" for v in result.distribution)
         )
         print(f"mass at N: {result.mass_at_n:.3f}")
         if rho is not None:

@@ -37,3 +37,28 @@ def test_bad_difficulty_length_is_refused():
 def test_mass_at_n_reads_the_last_step():
     p = torch.tensor([[1.0, 0.5], [1e-9, 1e-9], [1e-9, 0.5]])  # (N=3, B=2)
     assert diagnose(Fixed(p), None, show=False).mass_at_n == pytest.approx(0.25)
+
+
+def test_a_trained_model_in_eval_mode_and_its_lightning_module():
+    # what fit() returns is a LightningModule in eval mode, whose forward pass samples the halting
+    # step (no log_p): diagnose must still read the full unroll's distribution
+    from pondernet_tutorial import ParityStep, PonderLitModule
+
+    torch.manual_seed(0)
+    module = PonderLitModule(
+        ParityStep, 2, step_options={"n_elements": 4, "hidden_size": 8}, method_options={"max_steps": 5}
+    )
+    module.eval()
+    x = torch.randn(6, 4)
+    expected = module.model.evaluation_forward(x).expected_steps
+    for model in (module, module.model):
+        d = diagnose(model, x, show=False)
+        assert d.mean_steps == pytest.approx(float(expected.mean()), rel=1e-5)
+        assert len(d.distribution) == 5
+
+
+def test_the_printout_names_the_distribution(capsys):
+    diagnose(Fixed(torch.eye(3)), None, difficulty=[1, 2, 3])
+    out = capsys.readouterr().out
+    assert "halting distribution" in out and "0.33 0.33 0.33" in out
+    assert "Spearman rho against your difficulty: 1.00" in out
