@@ -11,6 +11,8 @@ folder of its own, with a lock, a logger and records around it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
@@ -26,6 +28,7 @@ def fit(
     patience: int = 0,
     stop_at_val_acc: float | None = None,
     checkpoint_dir=None,
+    resume: bool = False,
     callbacks=(),
     **trainer_options,
 ) -> tuple[L.Trainer, int]:
@@ -36,8 +39,10 @@ def fit(
             is minimised).
         patience: stop after this many epochs without a better validation accuracy (0: never).
         stop_at_val_acc: stop once the validation accuracy reaches this value.
-        checkpoint_dir: where Lightning keeps the best epoch's checkpoint (a temporary folder of the
-            Trainer's by default).
+        checkpoint_dir: where Lightning keeps the best epoch's checkpoint and, after every epoch, the
+            last one (``last.ckpt``); a temporary folder of the Trainer's by default.
+        resume: continue from ``checkpoint_dir/last.ckpt`` when it is there (weights, optimiser,
+            schedule, callbacks, the epoch, and the data module's own state), loaded weights-only.
         callbacks, trainer_options: more callbacks, and any argument of ``lightning.Trainer``.
 
     Returns:
@@ -49,6 +54,7 @@ def fit(
         monitor=select_by,
         mode="min" if select_by.endswith("loss") else "max",
         save_top_k=1,
+        save_last=checkpoint_dir is not None,  # last.ckpt after every epoch: what a resumed run reads
     )
     callbacks = [best, *callbacks]
     if patience or stop_at_val_acc:
@@ -57,7 +63,9 @@ def fit(
         )
         callbacks.append(stopping)
     trainer = L.Trainer(max_epochs=max_epochs, callbacks=callbacks, **trainer_options)
-    trainer.fit(module, datamodule=datamodule)
+    last = Path(checkpoint_dir) / "last.ckpt" if checkpoint_dir is not None else None
+    resume_from = last if resume and last is not None and last.is_file() and not last.is_symlink() else None
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
     best_epoch = trainer.current_epoch - 1  # without validation: the last epoch
     if best.best_model_path:  # weights only: loading runs no code from the file
         checkpoint = torch.load(best.best_model_path, map_location="cpu", weights_only=True)

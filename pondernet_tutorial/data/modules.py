@@ -113,7 +113,28 @@ class GeneratedDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         draw = functools.partial(self.draw, k_range=self.train_k)
-        return fresh_loader(draw, self.batch_size, self.batches_per_epoch, self.seed, self.stream)
+        loader = fresh_loader(draw, self.batch_size, self.batches_per_epoch, self.seed, self.stream)
+        self._train_generator = loader.dataset.generator  # its state goes into every checkpoint
+        restored = getattr(self, "_restored_generator_state", None)
+        if restored is not None:  # a resumed run: continue the training batches where they stopped
+            self._train_generator.set_state(restored)
+            self._restored_generator_state = None
+        return loader
+
+    def state_dict(self) -> dict:
+        """The training batches' generator after the batches drawn so far (in a run's checkpoints)."""
+        generator = getattr(self, "_train_generator", None)
+        return {"train_generator": generator.get_state()} if generator is not None else {}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state = state_dict.get("train_generator")
+        if state is None:
+            return
+        generator = getattr(self, "_train_generator", None)
+        if generator is not None:
+            generator.set_state(state)
+        else:
+            self._restored_generator_state = state
 
     def val_dataloader(self) -> DataLoader:
         return batch_loader(self.val_inputs, self.val_labels, self.batch_size, shuffle=False)

@@ -49,6 +49,14 @@ class History(Callback):
 
     def __init__(self):
         self.rows: list[dict] = []
+        self.restored = 0  # rows restored from a checkpoint (a resumed run)
+
+    def state_dict(self) -> dict:
+        return {"rows": [dict(row) for row in self.rows]}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.rows = [dict(row) for row in state_dict.get("rows", [])]
+        self.restored = len(self.rows)
 
     def on_train_epoch_start(self, trainer, pl_module):
         self._start = time.perf_counter()
@@ -254,7 +262,9 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
 
     Every argument is checked (configuration, logger, data module, module, trainer) before the folder
     is made. A finished run (its metadata parses and its ``model.pt`` loads) is replaced only with
-    ``overwrite``; an unfinished or damaged one is trained again (a damaged one with a warning). One
+    ``overwrite``. An unfinished run of the same configuration on a generated task continues from its
+    last epoch (:func:`resumable`), and ends as the same run trained in one go would; any other
+    unfinished or damaged one is trained again (a damaged one with a warning). One
     process at a time trains into a folder (:func:`~pondernet_tutorial.runs.files.folder_lock`): another
     one raises :class:`~pondernet_tutorial.runs.files.FolderLockedError`, or with ``wait`` waits for it.
     Every file is written whole (:mod:`~pondernet_tutorial.runs.files`).
@@ -292,9 +302,11 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[PonderLitM
                 raise FileExistsError(
                     f"{run_dir} was trained meanwhile by another process; pass --overwrite."
                 )
-            if run_dir.exists():  # an unfinished or damaged run, or one to overwrite
+            resume = not overwrite and resumable(run_dir, config, datamodule)
+            if run_dir.exists() and not resume:  # an unfinished or damaged run, or one to overwrite
                 shutil.rmtree(run_dir)
             run_dir.mkdir(parents=True, exist_ok=True)
+            write_json(run_dir / RESUME_FILE, {"identity": config.identity()})
             mark_parent()  # the ranks that fit() starts end with this process
         start = time.perf_counter()
         trainer, best_epoch = fit(
@@ -305,6 +317,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[PonderLitM
             patience=config.early_stopping_patience,
             stop_at_val_acc=config.stop_at_val_acc or None,
             checkpoint_dir=run_dir / "checkpoints",
+            resume=resume,
             callbacks=[history, StopOnNonFinite()],
             logger=make_logger(config, run_dir / "logs"),
             **trainer_options(config),
@@ -315,6 +328,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[PonderLitM
 
         write_csv(run_dir / "history.csv", pd.DataFrame(history.rows), index=False)
         epoch_times = [row["epoch_time_s"] for row in history.rows]
+        wall += sum(epoch_times[: history.restored])  # a resumed run: the epochs of earlier processes
         n_train = getattr(datamodule, "train_size", None)
         metadata = {
             "identity": config.identity(),
@@ -325,6 +339,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[PonderLitM
             "best_val_acc": history.rows[best_epoch].get("val/acc") if history.rows else None,
             "stopped_by": _stopping_reason(trainer.early_stopping_callback, len(history.rows), config.epochs),
             "wall_time_s": round(wall, 1),
+            "resumed": history.restored > 0,
             "epoch_times_s": epoch_times,
             "train_samples_per_epoch": n_train,
             # the median epoch: the first one also holds torch.compile's compilation
@@ -340,8 +355,26 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[PonderLitM
         }
         write_json(run_dir / "metadata.json", metadata)
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        (run_dir / RESUME_FILE).unlink(missing_ok=True)
         save_weights(module, run_dir / "model.pt")  # last: a run with model.pt is complete
         return module, metadata
+
+
+RESUME_FILE = "resume.json"  # the identity of the run being trained in a folder, until model.pt is written
+
+
+def resumable(run_dir: Path, config: TrainConfig, datamodule) -> bool:
+    """Whether ``run_dir`` holds an unfinished run of this very configuration that can continue from its
+    last epoch: its ``resume.json`` names this configuration, its ``checkpoints/last.ckpt`` is a regular
+    file, and the data module keeps the state of its training batches (the generated tasks; MNIST's
+    shuffled order is not kept, so an MNIST run is trained again)."""
+    if type(datamodule).state_dict is L.LightningDataModule.state_dict:
+        return False
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if not last.is_file() or last.is_symlink() or (run_dir / "model.pt").exists():
+        return False
+    recorded = read_json(run_dir / RESUME_FILE)
+    return recorded is not None and recorded.get("identity") == config.identity()
 
 
 def check_inside(run_dir: Path, output_dir) -> None:

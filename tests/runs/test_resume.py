@@ -1,0 +1,100 @@
+"""A run stopped part-way continues from its last epoch in a later process, and ends as the same run
+trained in one go would: the same weights, the same history, the same best epoch.
+
+Deliberate breaks these tests catch (each was tried):
+- the data module's generator state not restored (``load_state_dict`` a no-op): the resumed run draws
+  the batches of epoch 1 again, and its weights differ;
+- ``History`` without its state: the resumed history lacks the first epochs;
+- ``train()`` deleting an unfinished folder as before (no resume): the run trains from epoch 0, and
+  the test that counts the epochs trained after the stop fails;
+- ``resumable`` ignoring the recorded identity: a run of another configuration resumes from it.
+"""
+
+import os
+import signal
+
+import pytest
+import torch
+
+from pondernet_tutorial.runs import training
+from pondernet_tutorial.runs.config import TrainConfig
+from pondernet_tutorial.runs.processes import Interrupted
+from pondernet_tutorial.runs.training import RESUME_FILE, train
+
+EPOCHS = 4
+
+
+def tiny(root, **kwargs) -> TrainConfig:
+    values = dict(
+        experiment="parity-interpolation",
+        output_dir=str(root),
+        progress_bar=False,
+        epochs=EPOCHS,
+        train_subset=256,
+        step_options={"hidden_size": 16},
+        max_steps=4,
+        compile=False,
+    )
+    values.update(kwargs)
+    return TrainConfig(**values)
+
+
+def stop_at_epoch(monkeypatch, epoch: int, started: list):
+    """SIGTERM at the start of ``epoch`` (0-based); every epoch started is recorded in ``started``."""
+    original = training.History.on_train_epoch_start
+
+    def start(self, trainer, pl_module):
+        started.append(trainer.current_epoch)
+        if trainer.current_epoch == epoch:
+            os.kill(os.getpid(), signal.SIGTERM)
+        original(self, trainer, pl_module)
+
+    monkeypatch.setattr(training.History, "on_train_epoch_start", start)
+
+
+def test_a_stopped_run_resumes_and_ends_as_the_run_trained_in_one_go(tmp_path, monkeypatch):
+    whole, whole_meta = train(tiny(tmp_path / "whole"))
+
+    config = tiny(tmp_path / "parts")
+    started = []
+    stop_at_epoch(monkeypatch, 2, started)
+    with pytest.raises(Interrupted):
+        train(config)
+    assert not (config.run_dir / "model.pt").exists()
+    assert (config.run_dir / "checkpoints" / "last.ckpt").is_file()
+    assert (config.run_dir / RESUME_FILE).is_file()
+    monkeypatch.undo()
+
+    started_after = []
+    stop_at_epoch(monkeypatch, -1, started_after)  # records the epochs, stops none
+    parts, parts_meta = train(config)
+    # it continued where it stopped, not from epoch 0 (Lightning closes epoch 1, whose last checkpoint
+    # was written before its end, without training on it again; the weights below show it)
+    assert started_after == [1, 2, 3]
+    for (name, a), (_, b) in zip(whole.state_dict().items(), parts.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    assert parts_meta["best_epoch"] == whole_meta["best_epoch"]
+    assert parts_meta["epochs_run"] == whole_meta["epochs_run"] == EPOCHS and parts_meta["resumed"]
+    drop = {"epoch_time_s"}
+    assert [
+        {k: v for k, v in r.items() if k not in drop}
+        for r in training.pd.read_csv(config.run_dir / "history.csv").to_dict("records")
+    ] == [
+        {k: v for k, v in r.items() if k not in drop}
+        for r in training.pd.read_csv(tiny(tmp_path / "whole").run_dir / "history.csv").to_dict("records")
+    ]
+    assert not (config.run_dir / RESUME_FILE).exists() and not (config.run_dir / "checkpoints").exists()
+
+
+def test_an_unfinished_run_of_another_configuration_is_trained_again(tmp_path, monkeypatch):
+    config = tiny(tmp_path)
+    stop_at_epoch(monkeypatch, 2, [])
+    with pytest.raises(Interrupted):
+        train(config)
+    monkeypatch.undo()
+    recorded = training.read_json(config.run_dir / RESUME_FILE)
+    training.write_json(config.run_dir / RESUME_FILE, {"identity": {**recorded["identity"], "lr": 1.0}})
+    started = []
+    stop_at_epoch(monkeypatch, -1, started)
+    _, metadata = train(config)
+    assert started == list(range(EPOCHS)) and not metadata["resumed"]
