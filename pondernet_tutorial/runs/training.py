@@ -297,12 +297,13 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[PonderLitM
     module = make_module(config, graphed=use_cuda_graph(config, check_trainer(config)))
     history = History()
     with folder_lock(run_dir, wait=wait, doing="training it"):  # one process at a time per run folder
+        # every rank of a DDP run decides alike: they all read the same last checkpoint, or none
+        resume = not overwrite and resumable(run_dir, config, datamodule)
         if is_rank_zero():  # the other ranks of a DDP run join rank 0's training and write nothing
             if not overwrite and completed_run(run_dir, config, warn=False) is not None:
                 raise FileExistsError(
                     f"{run_dir} was trained meanwhile by another process; pass --overwrite."
                 )
-            resume = not overwrite and resumable(run_dir, config, datamodule)
             if run_dir.exists() and not resume:  # an unfinished or damaged run, or one to overwrite
                 shutil.rmtree(run_dir)
             run_dir.mkdir(parents=True, exist_ok=True)
