@@ -277,10 +277,10 @@ def _interrupted_line(args, error) -> str:
     stop = str(error) if str(error).startswith("interrupted") else "interrupted"
     if args.command == "train":
         kept = "the run's folder holds no finished model.pt (runs already finished are untouched)"
-        rerun = "rerun the same command to train it again"
+        rerun = "rerun the same command: a parity or pointer run continues from its last epoch, MNIST starts again"
     elif args.command == "reproduce":
         kept = f"the runs finished so far are kept in {args.output_dir if not args.ship else 'pretrained/'}"
-        rerun = "rerun the same command to train the rest and write the study tables"
+        rerun = "rerun the same command to train the rest (unfinished parity and pointer runs continue) and write the study tables"
     else:
         kept, rerun = "nothing was written", "rerun the command"
     return f"{stop}: {kept}; {rerun}."

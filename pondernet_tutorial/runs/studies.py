@@ -285,7 +285,8 @@ def run_one(
                 return {"run_dir": str(run_dir), "seconds": 0.0, "done": "reused"}
             if overwrite or completed_run(run_dir, config) is None:
                 say(f"== training {run_dir}", flush=True)
-                module, _ = train(config, overwrite=True)
+                # not overwrite=True: that would delete an unfinished run instead of continuing it
+                module, _ = train(config, overwrite=overwrite)
             if not is_rank_zero():  # the other ranks only join rank 0's training
                 return {"run_dir": str(run_dir), "seconds": 0.0, "done": "joined"}
             say(f"== evaluating {run_dir}", flush=True)

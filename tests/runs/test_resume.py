@@ -7,7 +7,9 @@ Deliberate breaks these tests catch (each was tried):
 - ``History`` without its state: the resumed history lacks the first epochs;
 - ``train()`` deleting an unfinished folder as before (no resume): the run trains from epoch 0, and
   the test that counts the epochs trained after the stop fails;
-- ``resumable`` ignoring the recorded identity: a run of another configuration resumes from it.
+- ``resumable`` ignoring the recorded identity: a run of another configuration resumes from it;
+- ``reproduce`` (``run_one``) training with ``overwrite=True`` as it once did: a study's unfinished run
+  is deleted and trained from epoch 0 (found when the long parity runs restarted from scratch).
 """
 
 import os
@@ -19,6 +21,7 @@ import torch
 from pondernet_tutorial.runs import training
 from pondernet_tutorial.runs.config import TrainConfig
 from pondernet_tutorial.runs.processes import Interrupted
+from pondernet_tutorial.runs.studies import run_one
 from pondernet_tutorial.runs.training import RESUME_FILE, train
 
 EPOCHS = 4
@@ -98,3 +101,16 @@ def test_an_unfinished_run_of_another_configuration_is_trained_again(tmp_path, m
     stop_at_epoch(monkeypatch, -1, started)
     _, metadata = train(config)
     assert started == list(range(EPOCHS)) and not metadata["resumed"]
+
+
+def test_reproduce_continues_an_unfinished_run_of_a_study(tmp_path, monkeypatch):
+    config = tiny(tmp_path)
+    stop_at_epoch(monkeypatch, 2, [])
+    with pytest.raises(Interrupted):
+        run_one(config, limit=64, overwrite=False, reevaluate=False, threads=None)
+    monkeypatch.undo()
+    started = []
+    stop_at_epoch(monkeypatch, -1, started)
+    record = run_one(config, limit=64, overwrite=False, reevaluate=False, threads=None)
+    assert record["done"] == "trained" and started == [1, 2, 3]
+    assert training.read_json(config.run_dir / "metadata.json")["resumed"]
