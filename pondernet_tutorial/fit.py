@@ -54,9 +54,12 @@ def fit(
         monitor=select_by,
         mode="min" if select_by.endswith("loss") else "max",
         save_top_k=1,
-        save_last=checkpoint_dir is not None,  # last.ckpt after every epoch: what a resumed run reads
     )
     callbacks = [best, *callbacks]
+    if checkpoint_dir is not None:  # last.ckpt after every epoch, after best's: what a resumed run reads
+        # (not save_last=True: Lightning then writes last.ckpt only in the epochs that improve the best)
+        last = ModelCheckpoint(dirpath=checkpoint_dir, filename="last", enable_version_counter=False)
+        callbacks.insert(1, last)
     if patience or stop_at_val_acc:
         stopping = EarlyStopping(
             "val/acc", mode="max", patience=patience or max_epochs, stopping_threshold=stop_at_val_acc

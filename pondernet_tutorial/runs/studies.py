@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,7 +32,7 @@ from typing import TYPE_CHECKING
 from ..methods import METHOD_OPTIONS
 from .config import PRETRAINED_DIR, ConfigMismatchError, TrainConfig, check_not_shipped, identity_differences
 from .files import folder_lock, read_json, read_table, write_csv, write_json
-from .processes import is_rank_zero, stop_on_signals
+from .processes import Interrupted, is_rank_zero, stop_on_signals
 
 if TYPE_CHECKING:  # pandas is imported where it is used: listing the studies stays light
     import pandas as pd
@@ -301,6 +304,18 @@ def run_one(
     }
 
 
+def _run_one_in_worker(*arguments) -> dict:
+    """:func:`run_one` in a worker of ``reproduce --jobs``. A stop ends the worker, not only its run:
+    the pool's worker would otherwise report the interruption and start the next run already queued
+    for it, so that a stopped ``reproduce`` trained on."""
+    try:
+        return run_one(*arguments)
+    except Interrupted as error:  # the run's locks are released and nothing half-written stays
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(error.exit_code)
+
+
 def _run_all(arguments: list[tuple], jobs: int) -> list[dict]:
     """``run_one`` on every run, ``jobs`` at once. A run that another process is training is skipped at
     first and waited for at the end, so that two ``reproduce`` into one folder share the work."""
@@ -317,16 +332,22 @@ def _run_all(arguments: list[tuple], jobs: int) -> list[dict]:
             initializer=end_with_parent,  # the workers end with this process
             initargs=(os.getpid(),),
         ) as pool:
+            results = pool.map(_run_one_in_worker, *zip(*first))
+            workers = list((pool._processes or {}).values())  # started by the first submission
             try:
-                records = list(pool.map(run_one, *zip(*first)))
+                records = list(results)
                 busy = [a for a, r in zip(arguments, records) if r.get("done") == "busy"]
                 if busy:
-                    later = list(pool.map(run_one, *zip(*[(*a, True) for a in busy])))
+                    later = list(pool.map(_run_one_in_worker, *zip(*[(*a, True) for a in busy])))
             except KeyboardInterrupt:  # stopped: the workers stop too (SIGTERM: each releases its lock)
-                for process in list((pool._processes or {}).values()):
+                for process in workers:
                     process.terminate()
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
+            except BrokenProcessPool:  # a worker was stopped alone (a signal, the kernel's OOM killer)
+                codes = [p.exitcode for p in workers if p.exitcode not in (None, 0)]
+                signum = next((-c if c < 0 else c - 128 for c in codes if c < 0 or c > 128), signal.SIGTERM)
+                raise Interrupted(signum) from None
     else:
         records = [run_one(*a) for a in first]
         busy = [a for a, r in zip(arguments, records) if r.get("done") == "busy"]

@@ -682,6 +682,42 @@ def test_reproduce_workers_end_with_their_parent(tmp_path):
         end(parent, workers)
 
 
+STOPPABLE_STUDY = """
+import sys
+from pondernet_tutorial.runs import cli, studies
+run = {"experiment": "parity-interpolation", "epochs": 200, "early_stopping_patience": 0, "stop_at_val_acc": 0}
+runs = (run, {**run, "lambda_p": 0.1}, {**run, "lambda_p": 0.3})  # two train, one waits queued
+studies.STUDIES["long"] = studies.Study("long", "three long runs", runs)
+sys.exit(cli.main(["reproduce", "--study", "long", "--quick", "--jobs", "2", "--output-dir", sys.argv[1]]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table in /proc")
+def test_sigterm_stops_reproduce_with_jobs_and_its_workers(tmp_path):
+    """Before: a SIGTERM to ``reproduce --jobs 2`` stopped the two runs, but each worker then started
+    the run already queued for it, and the command trained on (found stopping the long parity runs).
+    Break tried: the workers running ``run_one`` directly, as before."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", STOPPABLE_STUDY, str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        env=env(),
+    )
+    workers = []
+    try:
+        two = lambda: len(list(tmp_path.glob("parity-interpolation/*/seed*/logs"))) == 2  # noqa: E731
+        assert wait_until(two, 180), "the workers did not start training"
+        workers = [k for k in children(parent.pid) if b"spawn_main" in cmdline(k)]
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(timeout=60) == 128 + signal.SIGTERM
+        assert wait_until(lambda: not any(running(w) for w in workers), 15), "workers trained on"
+        assert len(list(tmp_path.glob("parity-interpolation/*/seed*"))) == 2, "the queued run started"
+    finally:
+        end(parent, workers)
+
+
 # ---------------------------------------------------------------------------------------------------
 # 4. Silent garbage refused
 

@@ -71,9 +71,8 @@ def test_a_stopped_run_resumes_and_ends_as_the_run_trained_in_one_go(tmp_path, m
     started_after = []
     stop_at_epoch(monkeypatch, -1, started_after)  # records the epochs, stops none
     parts, parts_meta = train(config)
-    # it continued where it stopped, not from epoch 0 (Lightning closes epoch 1, whose last checkpoint
-    # was written before its end, without training on it again; the weights below show it)
-    assert started_after == [1, 2, 3]
+    # it continued where it stopped: at epoch 2, the one the signal cut, not at epoch 0
+    assert started_after == [2, 3]
     for (name, a), (_, b) in zip(whole.state_dict().items(), parts.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
     assert parts_meta["best_epoch"] == whole_meta["best_epoch"]
@@ -112,5 +111,22 @@ def test_reproduce_continues_an_unfinished_run_of_a_study(tmp_path, monkeypatch)
     started = []
     stop_at_epoch(monkeypatch, -1, started)
     record = run_one(config, limit=64, overwrite=False, reevaluate=False, threads=None)
-    assert record["done"] == "trained" and started == [1, 2, 3]
+    assert record["done"] == "trained" and started == [2, 3]
     assert training.read_json(config.run_dir / "metadata.json")["resumed"]
+
+
+def test_a_run_whose_validation_stopped_improving_resumes_from_its_last_epoch(tmp_path, monkeypatch):
+    """The last checkpoint follows every epoch, not only the epochs that improve the best one. Break
+    tried: Lightning's ``save_last=True`` (it writes last.ckpt only when the best improves), with which
+    this run, whose accuracy never moves, resumed from epoch 1 and trained epochs 1-3 again."""
+    frozen = dict(lr=1e-12)  # the weights barely move: the validation accuracy is the same every epoch
+    config = tiny(tmp_path, **frozen)
+    stop_at_epoch(monkeypatch, 3, [])
+    with pytest.raises(Interrupted):
+        train(config)
+    monkeypatch.undo()
+    assert torch.load(config.run_dir / "checkpoints" / "best.ckpt", weights_only=True)["epoch"] == 0
+    started = []
+    stop_at_epoch(monkeypatch, -1, started)
+    _, metadata = train(config)
+    assert started == [3] and metadata["resumed"] and metadata["best_epoch"] == 0
