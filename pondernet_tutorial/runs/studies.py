@@ -286,7 +286,7 @@ def run_one(
                     )
             if not overwrite and not reevaluate and tables_up_to_date(config, limit):
                 return {"run_dir": str(run_dir), "seconds": 0.0, "done": "reused"}
-            if overwrite or completed_run(run_dir, config) is None:
+            if overwrite or completed_run(run_dir, config, warn=False) is None:  # train() warns
                 say(f"== training {run_dir}", flush=True)
                 # not overwrite=True: that would delete an unfinished run instead of continuing it
                 module, _ = train(config, overwrite=overwrite)

@@ -31,6 +31,15 @@ tiny_study = pytest.fixture(test_faults.tiny_study.__wrapped__)
 SIGNALS = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
 
 
+@pytest.fixture(autouse=True)
+def sighup_at_its_default():
+    """SIGHUP at its default, as in a terminal: under ``nohup`` the runner ignores it, and the handler
+    rightly leaves an ignored signal alone (the SIGHUP tests then test nothing)."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGHUP, previous)
+
+
 def send_at_first_epoch(monkeypatch, signum):
     def send(self, trainer, pl_module):
         os.kill(os.getpid(), signum)
