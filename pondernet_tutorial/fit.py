@@ -19,6 +19,16 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
 from .lightning_module import PonderLitModule
 
+LAST = "last"  # checkpoint_dir/last.ckpt: the state after the last epoch, what a resumed run reads
+
+
+def last_checkpoint(checkpoint_dir) -> Path | None:
+    """``checkpoint_dir/last.ckpt`` if it is a regular file (never a symbolic link), else ``None``."""
+    if checkpoint_dir is None:
+        return None
+    last = Path(checkpoint_dir) / f"{LAST}.ckpt"
+    return last if last.is_file() and not last.is_symlink() else None
+
 
 def fit(
     module: PonderLitModule,
@@ -58,16 +68,16 @@ def fit(
     callbacks = [best, *callbacks]
     if checkpoint_dir is not None:  # last.ckpt after every epoch, after best's: what a resumed run reads
         # (not save_last=True: Lightning then writes last.ckpt only in the epochs that improve the best)
-        last = ModelCheckpoint(dirpath=checkpoint_dir, filename="last", enable_version_counter=False)
-        callbacks.insert(1, last)
+        callbacks.insert(
+            1, ModelCheckpoint(dirpath=checkpoint_dir, filename=LAST, enable_version_counter=False)
+        )
     if patience or stop_at_val_acc:
         stopping = EarlyStopping(
             "val/acc", mode="max", patience=patience or max_epochs, stopping_threshold=stop_at_val_acc
         )
         callbacks.append(stopping)
     trainer = L.Trainer(max_epochs=max_epochs, callbacks=callbacks, **trainer_options)
-    last = Path(checkpoint_dir) / "last.ckpt" if checkpoint_dir is not None else None
-    resume_from = last if resume and last is not None and last.is_file() and not last.is_symlink() else None
+    resume_from = last_checkpoint(checkpoint_dir) if resume else None
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
     best_epoch = trainer.current_epoch - 1  # without validation: the last epoch
     if best.best_model_path:  # weights only: loading runs no code from the file

@@ -30,7 +30,7 @@ import pandas as pd
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from ..fit import fit
+from ..fit import fit, last_checkpoint
 from ..lightning_module import ENGINE_VERSION, PonderLitModule
 from .build import make_datamodule, make_module, use_cuda_graph
 from .checkpoints import save_weights
@@ -371,8 +371,7 @@ def resumable(run_dir: Path, config: TrainConfig, datamodule) -> bool:
     shuffled order is not kept, so an MNIST run is trained again)."""
     if type(datamodule).state_dict is L.LightningDataModule.state_dict:
         return False
-    last = run_dir / "checkpoints" / "last.ckpt"
-    if not last.is_file() or last.is_symlink() or (run_dir / "model.pt").exists():
+    if last_checkpoint(run_dir / "checkpoints") is None or (run_dir / "model.pt").exists():
         return False
     recorded = read_json(run_dir / RESUME_FILE)
     return recorded is not None and recorded.get("identity") == config.identity()

@@ -18,6 +18,7 @@ paths in ``metadata.json``.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import multiprocessing
@@ -651,39 +652,6 @@ def test_ddp_children_end_with_their_parent(tmp_path):
 
 LONG_STUDY = """
 import sys
-from pondernet_tutorial.runs import studies
-run = {"experiment": "parity-interpolation", "epochs": 200, "early_stopping_patience": 0, "stop_at_val_acc": 0}
-studies.STUDIES["long"] = studies.Study("long", "two long runs", (run, {**run, "lambda_p": 0.1}))
-studies.reproduce(["long"], output_dir=sys.argv[1], quick=True, jobs=2)
-"""
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table in /proc")
-def test_reproduce_workers_end_with_their_parent(tmp_path):
-    """Before: ``reproduce --jobs`` workers trained on after their parent was killed."""
-    parent = subprocess.Popen(
-        [sys.executable, "-c", LONG_STUDY, str(tmp_path)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=ROOT,
-        env=env(),
-    )
-    workers = []
-    try:
-        training = lambda: any(tmp_path.glob("parity-interpolation/*/seed*/logs"))  # noqa: E731
-        assert wait_until(training, 180), "no worker started training"
-        workers = [k for k in children(parent.pid) if b"spawn_main" in cmdline(k)]
-        assert workers, [cmdline(k) for k in children(parent.pid)]
-        parent.kill()
-        parent.wait()
-        assert wait_until(lambda: not any(running(w) for w in workers), 15), "workers outlived their parent"
-    finally:
-        end(parent, workers)
-
-
-STOPPABLE_STUDY = """
-import sys
 from pondernet_tutorial.runs import cli, studies
 run = {"experiment": "parity-interpolation", "epochs": 200, "early_stopping_patience": 0, "stop_at_val_acc": 0}
 runs = (run, {**run, "lambda_p": 0.1}, {**run, "lambda_p": 0.3})  # two train, one waits queued
@@ -692,14 +660,12 @@ sys.exit(cli.main(["reproduce", "--study", "long", "--quick", "--jobs", "2", "--
 """
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table in /proc")
-def test_sigterm_stops_reproduce_with_jobs_and_its_workers(tmp_path):
-    """Before: a SIGTERM to ``reproduce --jobs 2`` stopped the two runs, but each worker then started
-    the run already queued for it, and the command trained on (found stopping the long parity runs).
-    Break tried: the workers running ``run_one`` directly, as before."""
+@contextlib.contextmanager
+def long_study(tmp_path):
+    """``reproduce --jobs 2`` of three long runs in a subprocess, once its two workers train: yields
+    the parent process and the workers' pids, and ends whichever of them are left afterwards."""
     parent = subprocess.Popen(
-        [sys.executable, "-c", STOPPABLE_STUDY, str(tmp_path)],
+        [sys.executable, "-c", LONG_STUDY, str(tmp_path)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=ROOT,
@@ -710,12 +676,33 @@ def test_sigterm_stops_reproduce_with_jobs_and_its_workers(tmp_path):
         two = lambda: len(list(tmp_path.glob("parity-interpolation/*/seed*/logs"))) == 2  # noqa: E731
         assert wait_until(two, 180), "the workers did not start training"
         workers = [k for k in children(parent.pid) if b"spawn_main" in cmdline(k)]
+        assert workers, [cmdline(k) for k in children(parent.pid)]
+        yield parent, workers
+    finally:
+        end(parent, workers)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table in /proc")
+def test_reproduce_workers_end_with_their_parent(tmp_path):
+    """Before: ``reproduce --jobs`` workers trained on after their parent was killed."""
+    with long_study(tmp_path) as (parent, workers):
+        parent.kill()
+        parent.wait()
+        assert wait_until(lambda: not any(running(w) for w in workers), 15), "workers outlived their parent"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table in /proc")
+def test_sigterm_stops_reproduce_with_jobs_and_its_workers(tmp_path):
+    """Before: a SIGTERM to ``reproduce --jobs 2`` stopped the two runs, but each worker then started
+    the run already queued for it, and the command trained on (found stopping the long parity runs).
+    Break tried: the workers running ``run_one`` directly, as before."""
+    with long_study(tmp_path) as (parent, workers):
         parent.send_signal(signal.SIGTERM)
         assert parent.wait(timeout=60) == 128 + signal.SIGTERM
         assert wait_until(lambda: not any(running(w) for w in workers), 15), "workers trained on"
         assert len(list(tmp_path.glob("parity-interpolation/*/seed*"))) == 2, "the queued run started"
-    finally:
-        end(parent, workers)
 
 
 # ---------------------------------------------------------------------------------------------------

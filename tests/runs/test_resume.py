@@ -16,6 +16,7 @@ import os
 import signal
 
 import pytest
+import test_faults
 import torch
 
 from pondernet_tutorial.runs import training
@@ -28,18 +29,8 @@ EPOCHS = 4
 
 
 def tiny(root, **kwargs) -> TrainConfig:
-    values = dict(
-        experiment="parity-interpolation",
-        output_dir=str(root),
-        progress_bar=False,
-        epochs=EPOCHS,
-        train_subset=256,
-        step_options={"hidden_size": 16},
-        max_steps=4,
-        compile=False,
-    )
-    values.update(kwargs)
-    return TrainConfig(**values)
+    """The faults tests' tiny parity run, for more epochs: a run to stop part-way."""
+    return test_faults.tiny(root, **{"epochs": EPOCHS, **kwargs})
 
 
 def stop_at_epoch(monkeypatch, epoch: int, started: list):
