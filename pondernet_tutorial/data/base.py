@@ -40,7 +40,8 @@ class TensorBatches(Dataset):
     """A dataset whose items are whole batches: ``dataset[list_of_indices] -> (inputs, labels)``.
 
     Used with ``DataLoader(..., batch_size=None, sampler=BatchSampler(...))``, which avoids stacking
-    single samples into every batch. Integer (uint8) images are turned into floats in [0, 1].
+    single samples into every batch. Integer (uint8) images are served as they are: the data module
+    turns them into floats on the device (a quarter of the bytes to send, and no work for the host).
     """
 
     def __init__(self, inputs: Tensor, labels: Tensor):
@@ -51,10 +52,7 @@ class TensorBatches(Dataset):
 
     def __getitem__(self, indices):
         index = torch.as_tensor(indices)
-        inputs = self.inputs[index]
-        if not inputs.is_floating_point():
-            inputs = inputs.float().div_(255.0)
-        return inputs, self.labels[index]
+        return self.inputs[index], self.labels[index]
 
 
 class FreshBatches(Dataset):

@@ -354,9 +354,9 @@ class MNISTDataModule(L.LightningDataModule):
         ]
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
-        """Rotate training batches by their angles (drawn with the batch, see :class:`RotatedBatches`),
-        on the device."""
-        if len(batch) == 3:
-            images, labels, angles = batch
-            return rotate(images, angles), labels
-        return batch
+        """On the device: turn the training batches' bytes into floats in [0, 1], and rotate them by
+        their angles (drawn with the batch, see :class:`RotatedBatches`)."""
+        images, labels, *angles = batch
+        if not images.is_floating_point():
+            images = images.float().div_(255.0)
+        return (rotate(images, *angles) if angles else images), labels

@@ -31,6 +31,8 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..lightning_module import PonderLitModule
 from ..steps.base import map_state
@@ -51,6 +53,119 @@ def _shapes(batch) -> list:
     return shapes
 
 
+aten = torch.ops.aten
+_HOST_SYNCS = {
+    aten._local_scalar_dense.default,
+    aten.item.default,
+    aten.is_nonzero.default,
+    aten.equal.default,
+}
+_INDEXING = {
+    aten.index.Tensor,
+    aten.index_put.default,
+    aten.index_put_.default,
+    aten._index_put_impl_.default,
+}
+
+
+class CaptureHazard(RuntimeError):
+    """An operation that cannot be captured at all: the host would wait for the device."""
+
+
+class CaptureCheck(TorchDispatchMode):
+    """Log every operation of a training step run on ``device``, and what in it a CUDA graph would not
+    replay as it ran.
+
+    Raises :class:`CaptureHazard` at a host synchronisation (``.item()``, ``float()``, ``bool()``,
+    an ``if`` on a tensor: ``aten._local_scalar_dense``) and at an operation whose result's shape
+    depends on the data (``nonzero``, ``masked_select``, indexing with a boolean mask). Records in
+    :attr:`hazards` a tensor on another device than ``device`` (a CPU tensor in a CUDA kernel is read
+    once, when the kernel is recorded: random numbers drawn on the CPU, a learning rate left there)
+    and random numbers drawn from a generator of the step's own instead of the device's, which a
+    graph replays as they were drawn at capture. :attr:`ops` is the log: each operation with the
+    shapes of its tensors and the values of its other arguments, what a graph records.
+    """
+
+    def __init__(self, device):
+        super().__init__()
+        self.device = torch.device(device)
+        self.ops: list[tuple] = []
+        self.hazards: list[str] = []
+
+    def _flag(self, message: str) -> None:
+        if message not in self.hazards:
+            self.hazards.append(message)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _HOST_SYNCS or torch.Tag.data_dependent_output in func.tags:
+            raise CaptureHazard(
+                f"{func}: the host waits for a value of the device (.item(), float(), bool() or an `if` on a tensor)"
+            )
+        if func in _INDEXING:
+            if any(t is not None and t.dtype in (torch.bool, torch.uint8) for t in args[1]):
+                raise CaptureHazard(
+                    f"{func} with a boolean mask: its shape depends on the data (use torch.where)"
+                )
+        elif torch.Tag.dynamic_output_shape in func.tags:
+            raise CaptureHazard(f"{func}: its result's shape depends on the data")
+        random = torch.Tag.nondeterministic_seeded in func.tags
+        if random and kwargs.get("generator") is not None:
+            self._flag(
+                f"{func} draws from a generator of its own: a graph replays the numbers drawn at capture"
+            )
+        inputs = pytree.tree_leaves((args, kwargs))
+        self.ops.append((str(func), *map(_described, inputs)))  # what a graph records
+        out = func(*args, **kwargs)
+        leaves = [*inputs, *pytree.tree_leaves(out)]
+        elsewhere = sorted(
+            {str(t.device) for t in leaves if isinstance(t, Tensor) and t.device.type != self.device.type}
+        )
+        if elsewhere:
+            what = "random numbers drawn" if random else "a tensor"
+            self._flag(
+                f"{func}: {what} on {', '.join(elsewhere)}, read once at capture and frozen in every replay"
+            )
+        return out
+
+
+def _described(value):
+    if isinstance(value, Tensor):
+        return (tuple(value.shape), value.dtype, value.device.type)
+    if value is None or isinstance(value, (bool, int, float, complex, str, torch.dtype, torch.device)):
+        return value  # a graph records these as they were at capture
+    return type(value).__name__  # a generator, a profiler's record, a layout
+
+
+def capture_hazards(step: Callable[[], object], device, runs: int = 2, setup: int = 1) -> list[str]:
+    """What a CUDA graph of ``step`` (one whole training step, on ``device``) would not replay as the
+    step ran eagerly: the :class:`CaptureCheck` of ``setup + runs`` runs of it (the first ``setup``
+    may create state, as the warm-up does), and any difference between the operations of the last
+    ``runs`` (a Python counter or a branch on Python state: a graph replays what ran at capture). An
+    empty list: nothing found. The step runs for real: its parameters are updated."""
+    hazards, logs = [], []
+    for _ in range(setup + runs):
+        check = CaptureCheck(device)
+        try:
+            with check:
+                step()
+        except CaptureHazard as hazard:
+            return [*hazards, *check.hazards, str(hazard)]
+        hazards += [h for h in check.hazards if h not in hazards]
+        logs.append(check.ops)
+    for run, (a, b) in enumerate(zip(logs[setup:], logs[setup + 1 :]), start=setup + 1):
+        if a != b:
+            at = next((i for i, (p, q) in enumerate(zip(a, b)) if p != q), min(len(a), len(b)))
+            first = a[at] if at < len(a) else "nothing"
+            then = b[at] if at < len(b) else "nothing"
+            hazards.append(
+                f"runs {run} and {run + 1} differ at operation {at} ({first} against {then}): Python state "
+                "(a counter, a branch) changes the step, and a graph replays what ran at capture"
+            )
+            break
+    return hazards
+
+
 class CudaGraphs:
     """What :class:`GraphedStep` asks of CUDA: an eager step on a side stream (the warm-up of PyTorch's
     recipe for whole-network capture), a capture, and a wait for the device."""
@@ -66,12 +181,12 @@ class CudaGraphs:
             value.record_stream(current)
         return out
 
-    def capture(self, step: Callable[[], dict], optimizer=None, parameters=()):
+    def capture(self, step: Callable[[], dict], optimizer=None, parameters=(), buffers=()):
         """Record ``step``'s kernels (nothing runs until a replay): ``(graph, outputs)``. A replay reads
         and writes the memory that the capture saw: the optimiser's state and learning-rate tensors,
-        the parameters and their gradients (``optimizer`` and ``parameters`` name them; CUDA needs no
-        list). ``"thread_local"``: another thread's pinned-memory allocation (a data loader's) is no
-        error."""
+        the parameters and their gradients, the sums of the logged values (``optimizer``,
+        ``parameters`` and ``buffers`` name them; CUDA needs no list). ``"thread_local"``: another
+        thread's pinned-memory allocation (a data loader's) is no error."""
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             out = step()
@@ -94,6 +209,8 @@ class GraphedStep:
         warmup: eager steps before the capture.
         graphs: how to warm up and capture (:class:`CudaGraphs`); ``None`` runs every step eagerly
             (the same computation; used where there is no CUDA).
+        buffers: tensors besides the parameters and the optimiser's state that ``body`` writes in
+            place (the sums of the logged values).
     """
 
     def __init__(
@@ -104,11 +221,14 @@ class GraphedStep:
         grad_clip: float = 0.0,
         warmup: int = 3,
         graphs: CudaGraphs | None = None,
+        buffers=(),
     ):
         self.body, self.parameters, self.optimizer = body, list(parameters), optimizer
         self.grad_clip, self.warmup, self.graphs = float(grad_clip), int(warmup), graphs
+        self.buffers = list(buffers)
         self.graph = None
         self.steps = 0  # steps taken, eagerly or by replay
+        self.replays = 0  # steps taken by replaying the graph
         self.eager_after_capture = 0  # batches of another shape, stepped eagerly after the capture
 
     @property
@@ -133,17 +253,43 @@ class GraphedStep:
                     p.grad.zero_()
         return self._update(x, y)
 
+    def optimizer_tensors_to_device(self) -> None:
+        """Put every tensor that the recorded update reads on its parameters' device: the learning rates
+        (a schedule must write into these very tensors) and the optimiser's state (Adam's ``step``).
+
+        A CPU tensor in a CUDA kernel is read once, when the kernel is recorded, and every replay
+        reuses that value. Lightning restores a resumed run's learning rate as a CPU tensor (it moves
+        the optimiser's state to the device, not its learning rates): kept so, every later cut by the
+        plateau schedule would be lost to the graph."""
+        for group in self.optimizer.param_groups:
+            device = group["params"][0].device
+            lr = group["lr"]
+            if not isinstance(lr, Tensor):  # a float: set by hand, or by a schedule during the warm-up
+                lr = torch.tensor(float(lr))
+            group["lr"] = lr.to(device=device, dtype=torch.float32)
+            for p in group["params"]:
+                state = self.optimizer.state.get(p, {})
+                for key, value in state.items():
+                    if isinstance(value, Tensor) and value.device != device:
+                        state[key] = value.to(device)
+            read = [
+                group["lr"],
+                *(v for p in group["params"] for v in self.optimizer.state.get(p, {}).values()),
+            ]
+            elsewhere = {str(t.device) for t in read if isinstance(t, Tensor) and t.device != device}
+            if elsewhere:  # what a replay reads from elsewhere is frozen at capture
+                raise RuntimeError(
+                    f"the optimiser's tensors are on {sorted(elsewhere)}, its parameters on {device}"
+                )
+
     def _capture(self, x, y) -> None:
         self.static_x = map_state(torch.clone, x)
         self.static_y = y.clone()
-        # the learning rates that the recorded update reads: a schedule must write into these tensors
-        for group in self.optimizer.param_groups:
-            if not isinstance(group["lr"], Tensor):  # a schedule set a float during the warm-up
-                group["lr"] = torch.tensor(float(group["lr"]), device=self.static_y.device)
+        self.optimizer_tensors_to_device()
         self.static_lr = [group["lr"] for group in self.optimizer.param_groups]
         self.optimizer.zero_grad(set_to_none=True)  # the captured backward allocates the gradients
         self.graph, self.static_out = self.graphs.capture(
-            lambda: self._update(self.static_x, self.static_y), self.optimizer, self.parameters
+            lambda: self._update(self.static_x, self.static_y), self.optimizer, self.parameters, self.buffers
         )
 
     def _same_shapes(self, x, y) -> bool:
@@ -182,6 +328,7 @@ class GraphedStep:
                 _static_copy(self.static_x, x)
                 self.static_y.copy_(y, non_blocking=True)
                 self.graph.replay()  # this batch's step: forward, loss, backward, clipping, update
+                self.replays += 1
                 return self.static_out
             if not self.eager_after_capture:
                 warnings.warn(
@@ -205,9 +352,18 @@ class GraphedPonderLitModule(PonderLitModule):
     optimiser, learning-rate tensor and schedule; the weights may have moved). After ``fit`` the graph
     and its memory are let go, so the module can be copied, pickled and trained again.
 
+    The step adds its logged values to one tensor of sums on the device, inside the graph; the host
+    only counts the samples, and hands the sums to the training metrics once an epoch: the same epoch
+    means as :class:`~pondernet_tutorial.lightning_module.PonderLitModule` logs, without six metric
+    updates a step.
+
     Args: those of :class:`~pondernet_tutorial.lightning_module.PonderLitModule`, and
         graphs: how to capture; ``None``: CUDA's (:class:`CudaGraphs`) on a CUDA device, and eager
             steps with the same computation elsewhere.
+
+    Attributes:
+        graph_replays: steps of the last ``fit`` replayed from a captured graph (0: none was captured,
+            or capture failed and every step ran eagerly).
     """
 
     def __init__(self, *args, graphs: CudaGraphs | None = None, **kwargs):
@@ -215,16 +371,42 @@ class GraphedPonderLitModule(PonderLitModule):
         self.automatic_optimization = False  # the replayed step optimises by hand
         self.graphs = graphs
         self._graphed: GraphedStep | None = None
+        self.graph_replays = 0
+        self._fit_names = list(self.metrics["fit"].keys(keep_base=True))
+        self._fit_sums: Tensor | None = None  # per name, the sum over this epoch's samples so far
+        self._fit_count = 0  # samples in those sums
 
     def release_graph(self) -> None:
-        """Forget the captured step (its static tensors, its memory pool)."""
-        self._graphed = None
+        """Forget the captured step (its static tensors, its memory pool) and the sums it wrote."""
+        if self._graphed is not None:
+            self.graph_replays += self._graphed.replays
+        self._graphed, self._fit_sums, self._fit_count = None, None, 0
 
     def on_fit_start(self) -> None:
         self.release_graph()
+        self.graph_replays = 0
 
     def on_fit_end(self) -> None:
         self.release_graph()
+
+    def _summed_values(self, x, y) -> dict[str, Tensor]:
+        """The training step's values, each also added, summed over the batch's samples, to the
+        epoch's sums: inside the graph, so the host has nothing to do for them."""
+        values = self._training_values(x, y)
+        batch = y.shape[0]
+        sums = [v.detach().sum() if v.dim() else v.detach() * batch for v in map(values.get, self._fit_names)]
+        self._fit_sums.add_(torch.stack(sums))
+        return values
+
+    def _log_fit_sums(self) -> None:
+        """Hand the epoch's sums to the training metrics (each a mean over the samples, as the plain
+        module's per-step updates give), and start the sums again, in place: the graph writes there."""
+        if self._fit_count:
+            metrics, means = self.metrics["fit"], self._fit_sums / self._fit_count
+            for name, mean in zip(self._fit_names, means):
+                metrics[name].update(mean, weight=self._fit_count)
+            self._fit_sums.zero_()
+            self._fit_count = 0
 
     def configure_optimizers(self):
         lr = torch.tensor(float(self.hparams.lr), device=self.device)  # the captured update reads a tensor
@@ -239,8 +421,14 @@ class GraphedPonderLitModule(PonderLitModule):
             graphs = self.graphs
             if graphs is None and self.device.type == "cuda":
                 graphs = CudaGraphs()
+            self._fit_sums = torch.zeros(len(self._fit_names), device=self.device)
             self._graphed = GraphedStep(
-                self._training_values, self.parameters(), optimizer.optimizer, self.grad_clip, graphs=graphs
+                self._summed_values,
+                self.parameters(),
+                optimizer.optimizer,
+                self.grad_clip,
+                graphs=graphs,
+                buffers=[self._fit_sums],
             )
         before = getattr(optimizer, "_on_before_step", None)  # Lightning's count of optimiser steps
         if before is not None:
@@ -249,12 +437,18 @@ class GraphedPonderLitModule(PonderLitModule):
         after = getattr(optimizer, "_on_after_step", None)
         if after is not None:
             after()
-        self._record(values, y.shape[0], "metrics.fit")
+        self._fit_count += y.shape[0]
         return values["loss"].clone()  # the static loss is overwritten by the next replay
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        if batch_idx + 1 == self.trainer.num_training_batches:  # the module logs the epoch's means now
+            self._log_fit_sums()
+        super().on_train_batch_end(outputs, batch, batch_idx)
 
     def on_train_epoch_end(self) -> None:
         """The epoch's training means; then the plateau schedule, stepped by hand where Lightning
         would: after the epoch's validation."""
+        self._log_fit_sums()
         super().on_train_epoch_end()
         scheduler = self.lr_schedulers()
         if scheduler is not None and "val/acc" in self.trainer.callback_metrics:

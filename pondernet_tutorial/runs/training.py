@@ -44,8 +44,9 @@ MACHINE_FIELDS = ("data_dir", "output_dir")
 
 
 class History(Callback):
-    """One row per epoch: every ``train/`` and ``val/`` metric, the learning rate and the epoch's wall
-    time (training and validation). Written to ``history.csv`` whatever the logger."""
+    """One row per epoch: every ``train/`` and ``val/`` metric, the learning rate, the epoch's wall
+    time (training and validation) and its training steps' own (``train_time_s``, up to the start of
+    the validation). Written to ``history.csv`` whatever the logger."""
 
     def __init__(self):
         self.rows: list[dict] = []
@@ -59,10 +60,23 @@ class History(Callback):
         self.restored = len(self.rows)
 
     def on_train_epoch_start(self, trainer, pl_module):
-        self._start = time.perf_counter()
+        self._start, self._trained = time.perf_counter(), None
+
+    @staticmethod
+    def _now(pl_module) -> float:
+        """The time once the device has done what the training steps queued (CUDA runs ahead)."""
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def on_validation_start(self, trainer, pl_module):
+        if trainer.state.fn == "fit" and not trainer.sanity_checking and self._trained is None:
+            self._trained = self._now(pl_module) - self._start
 
     def on_train_epoch_end(self, trainer, pl_module):
-        row = {"epoch": trainer.current_epoch, "epoch_time_s": round(time.perf_counter() - self._start, 3)}
+        now = self._now(pl_module) - self._start
+        row = {"epoch": trainer.current_epoch, "epoch_time_s": round(now, 3)}
+        row["train_time_s"] = round(self._trained if self._trained is not None else now, 3)
         row["lr"] = float(trainer.optimizers[0].param_groups[0]["lr"]) if trainer.optimizers else None
         for name, value in sorted(trainer.callback_metrics.items()):
             if name.startswith(("train/", "val/")):
@@ -329,6 +343,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[PonderLitM
 
         write_csv(run_dir / "history.csv", pd.DataFrame(history.rows), index=False)
         epoch_times = [row["epoch_time_s"] for row in history.rows]
+        train_times = [row.get("train_time_s", row["epoch_time_s"]) for row in history.rows]
         wall += sum(epoch_times[: history.restored])  # a resumed run: the epochs of earlier processes
         n_train = getattr(datamodule, "train_size", None)
         metadata = {
@@ -343,12 +358,14 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[PonderLitM
             "resumed": history.restored > 0,
             "epoch_times_s": epoch_times,
             "train_samples_per_epoch": n_train,
-            # the median epoch: the first one also holds torch.compile's compilation
-            "train_samples_per_s": round(n_train / statistics.median(epoch_times), 1)
-            if n_train and epoch_times
+            # the training steps' own speed (validation left out) in the median epoch: the first one
+            # also holds torch.compile's compilation and the graph's capture
+            "train_samples_per_s": round(n_train / statistics.median(train_times), 1)
+            if n_train and train_times
             else None,
             "compiled": module.compiled,
-            "cuda_graph": isinstance(module, GraphedPonderLitModule),
+            # a graph was captured and replayed (not when capture failed and every step ran eagerly)
+            "cuda_graph": isinstance(module, GraphedPonderLitModule) and module.graph_replays > 0,
             "engine": ENGINE_VERSION,
             "hardware": hardware(trainer),
             "versions": library_versions(),

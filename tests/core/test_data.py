@@ -84,7 +84,9 @@ def test_training_batches_are_rotated_validation_and_test_are_not_redrawn(monkey
     dm.setup("fit")
     images, labels, angles = next(iter(dm.train_dataloader()))  # the angles travel with the batch
     assert angles.shape == (64,) and angles.abs().max() <= 22.5 and angles.std() > 5
+    assert images.dtype == torch.uint8  # bytes travel; they become floats on the device
     rotated, same_labels = dm.on_after_batch_transfer((images, labels, angles), 0)
+    images = images.float() / 255.0
     assert torch.equal(same_labels, labels)
     changed = (rotated - images).abs().flatten(1).amax(1) > 0.1
     assert changed.float().mean() > 0.9  # every digit turned (a handful may draw an angle near 0)
@@ -93,7 +95,10 @@ def test_training_batches_are_rotated_validation_and_test_are_not_redrawn(monkey
     assert torch.equal(dm.on_after_batch_transfer((images, labels), 0)[0], images)
     plain = MNISTDataModule(train_rotation=0.0, batch_size=64)
     plain.setup("fit")
-    assert len(next(iter(plain.train_dataloader()))) == 2
+    batch = next(iter(plain.train_dataloader()))
+    assert len(batch) == 2
+    floats, _ = plain.on_after_batch_transfer(batch, 0)
+    assert floats.dtype == torch.float32 and torch.equal(floats, batch[0].float() / 255.0)
 
 
 def first_batches(dm, n=3):

@@ -18,7 +18,14 @@ Deliberate breaks these tests catch (each was tried):
 - ``on_fit_end`` not releasing the graph: test_the_trained_module_copies_and_pickles;
 - neither ``on_fit_start`` nor ``on_fit_end`` releasing it: test_a_second_fit_captures_again;
 - the decision reading no world size: test_the_graph_needs_one_device_in_one_process;
-- no bf16 check: test_bf16_on_a_gpu_without_bf16_tensor_cores_says_so.
+- no bf16 check: test_bf16_on_a_gpu_without_bf16_tensor_cores_says_so;
+- ``metadata.json``'s ``cuda_graph`` set for any graphed module (as before issue 30), or the speed from
+  the whole epoch: test_the_metadata_says_whether_a_graph_ran_and_the_speed_is_the_training_steps_own;
+- the epoch's sums handed to the metrics without the division by the count:
+  test_graphed_training_matches_lightnings_automatic_optimisation.
+
+What a stand-in graph cannot see (a host sync, a CPU random number, a Python counter) is found by
+logging the step's operations: test_capture_safety.py.
 
 Not tested here, for want of a GPU: the side stream of the warm-up, ``record_stream``, and a capture
 by CUDA itself (:class:`~pondernet_tutorial.runs.cuda_graph.CudaGraphs`).
@@ -76,17 +83,18 @@ class StandInGraphs:
         self.warm_ups += 1
         return step()
 
-    def capture(self, step, optimizer=None, parameters=()):
+    def capture(self, step, optimizer=None, parameters=(), buffers=()):
         """Record without applying: the step runs once for its outputs' shapes, and every tensor it
-        changed (parameters, optimiser state) is put back, as a capture changes nothing."""
+        changed (parameters, optimiser state, the sums of the logged values) is put back, as a capture
+        changes nothing."""
         if self.fail_capture:
             raise RuntimeError("operation not permitted when stream is capturing")
-        parameters = list(parameters)
-        saved = [p.detach().clone() for p in parameters]
+        written = list(parameters) + list(buffers)
+        saved = [p.detach().clone() for p in written]
         state = {p: {k: v.clone() for k, v in s.items()} for p, s in optimizer.state.items()}
         out = {name: value.clone() for name, value in step().items()}
         with torch.no_grad():  # put back, in place: the step's tensors keep their memory
-            for p, s in zip(parameters, saved):
+            for p, s in zip(written, saved):
                 p.copy_(s)
             for p in list(optimizer.state):
                 if p not in state:
@@ -183,6 +191,7 @@ def test_graphed_training_equals_eager():
     eager, graphed = module(True), module(True, graphs)
     runs = [fit(eager), fit(graphed)]
     assert graphs.warm_ups == 3 and graphs.captures == 1 and graphs.replays == 24 - 3
+    assert graphed.graph_replays == 24 - 3 and eager.graph_replays == 0
     assert_same_weights(eager, graphed)
     lrs = [float(r.optimizers[0].param_groups[0]["lr"]) for r in runs]
     assert lrs[0] == lrs[1] < 0.01  # the schedule cut the rate, in both
@@ -201,6 +210,12 @@ def test_graphed_training_matches_lightnings_automatic_optimisation(method):
     assert runs[0].global_step == runs[1].global_step == 24
     lrs = [float(r.optimizers[0].param_groups[0]["lr"]) for r in runs]
     assert lrs[1] == pytest.approx(lrs[0])  # the same schedule (a float32 tensor in one)
+    # the same epoch means: summed in the step and handed to the metrics once an epoch, against six
+    # metric updates a step
+    names = [n for n in runs[0].callback_metrics if n.startswith("train/")]
+    assert len(names) == 6
+    for name in names:
+        torch.testing.assert_close(runs[0].callback_metrics[name], runs[1].callback_metrics[name], msg=name)
 
 
 def test_a_second_fit_captures_again():
@@ -238,6 +253,52 @@ def test_a_failed_capture_goes_on_eagerly_with_one_warning():
     with pytest.warns(RuntimeWarning, match="CUDA graph capture failed"):
         fit(graphed)
     assert_same_weights(eager, graphed)
+    assert graphed.graph_replays == 0
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_metadata_says_whether_a_graph_ran_and_the_speed_is_the_training_steps_own(
+    tmp_path, monkeypatch, fails
+):
+    """``metadata.json``'s ``cuda_graph`` is true only when a graph was captured and replayed, and its
+    training speed leaves the validation out (here a validation made 0.3 s slower)."""
+    import time
+
+    import pandas as pd
+
+    from pondernet_tutorial.runs import training
+    from pondernet_tutorial.runs.config import TrainConfig
+
+    build = training.make_module
+
+    def graphed_module(config, graphed=False):
+        m = build(config, graphed=True)
+        m.graphs = StandInGraphs(fail_capture=fails)
+        start = m.on_validation_epoch_start
+        m.on_validation_epoch_start = lambda: time.sleep(0.3) or start()
+        return m
+
+    monkeypatch.setattr(training, "make_module", graphed_module)
+    config = TrainConfig(
+        experiment="parity-interpolation",
+        output_dir=str(tmp_path),
+        progress_bar=False,
+        epochs=2,
+        train_subset=512,  # 4 batches an epoch: 3 warm-up steps, then the capture
+        step_options={"hidden_size": 16},
+        max_steps=6,
+        compile=False,
+    )
+    if fails:
+        with pytest.warns(RuntimeWarning, match="CUDA graph capture failed"):
+            _, metadata = training.train(config)
+    else:
+        _, metadata = training.train(config)
+    assert metadata["cuda_graph"] is not fails
+    history = pd.read_csv(config.run_dir / "history.csv")
+    assert (history["epoch_time_s"] - history["train_time_s"] >= 0.3).all()
+    speed = metadata["train_samples_per_epoch"] / history["train_time_s"].median()
+    assert metadata["train_samples_per_s"] == pytest.approx(speed, rel=0.01)
 
 
 def test_a_batch_of_another_shape_is_stepped_eagerly_into_the_captured_gradients():

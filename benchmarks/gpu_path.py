@@ -1,0 +1,313 @@
+"""The CUDA-graph path on a GPU: training speed eager and graphed, a learning-rate cut after a resume,
+a second fit in one process, and the capture-safety check on the device.
+
+MNIST need not be on the machine: ``--synthetic`` serves random uint8 images of MNIST's shape through
+the real data module (the speed of a training step does not depend on the pixels). Parity is
+generated anyway.
+
+    python benchmarks/gpu_path.py --synthetic --json gpu.json
+
+Prints each check's result; the numbers go to ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import lightning as L
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from host_time import synthetic_mnist  # noqa: E402
+from throughput import time_fit  # noqa: E402
+
+from pondernet_tutorial.fit import fit  # noqa: E402
+from pondernet_tutorial.runs.build import make_datamodule, make_module  # noqa: E402
+from pondernet_tutorial.runs.config import TrainConfig  # noqa: E402
+from pondernet_tutorial.runs.cuda_graph import CudaGraphs, GraphedPonderLitModule, GraphedStep  # noqa: E402
+
+QUIET = {"enable_progress_bar": False, "enable_model_summary": False, "logger": False}
+
+
+def speed(experiment: str, paths: dict, warmup: int, timed: int) -> dict:
+    """Training samples per second of each path ``name -> (compiled, graphed)``."""
+    out = {}
+    for name, (compiled, graphed) in paths.items():
+        L.seed_everything(0, verbose=False)
+        config = TrainConfig(experiment=experiment, compile=compiled)
+        module = make_module(config, graphed=graphed)
+        result = time_fit(
+            module,
+            datamodule=make_datamodule(config),
+            warmup=warmup,
+            timed=timed,
+            batch_size=config.batch_size,
+            device="cuda",
+        )
+        out[name] = {
+            "samples_s": round(result["img_s"], 1),
+            "ms_per_step": round(1000 * config.batch_size / result["img_s"], 3),
+            "warmup_s": round(result["warmup_s"], 2),
+            "replays": getattr(module, "graph_replays", 0),
+        }
+        print(f"{experiment} {name}: {out[name]}", flush=True)
+    return out
+
+
+class NoCapture(CudaGraphs):
+    """Every step eager (the same computation as the graph's), on the GPU: capture refuses."""
+
+    def capture(self, *args, **kwargs):
+        raise RuntimeError("eager on purpose")
+
+
+class Plateau(GraphedPonderLitModule):
+    """The plateau schedule sees the same validation accuracy every epoch: it cuts the learning rate
+    after every epoch (patience 0), so every epoch after the resume has a new one."""
+
+    def on_train_epoch_end(self):
+        self.trainer.callback_metrics["val/acc"] = torch.tensor(0.5)
+        super().on_train_epoch_end()
+
+
+class Record(L.Callback):
+    """The learning rate after every epoch, and where the learning rate lies when training starts."""
+
+    def __init__(self):
+        self.lrs, self.lr_device_at_start = [], None
+
+    def on_train_start(self, trainer, pl_module):
+        self.lr_device_at_start = str(getattr(trainer.optimizers[0].param_groups[0]["lr"], "device", "float"))
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.lrs.append(float(trainer.optimizers[0].param_groups[0]["lr"]))
+
+    def on_train_end(self, trainer, pl_module):  # the last weights, before fit() loads the best epoch's
+        self.weights = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+
+
+def lr_as_before_issue_30(self):
+    """GraphedStep's capture before issue 30: a float became a tensor on the device, a tensor stayed."""
+    for group in self.optimizer.param_groups:
+        if not isinstance(group["lr"], torch.Tensor):
+            group["lr"] = torch.tensor(float(group["lr"]), device=self.static_y.device)
+
+
+def plateau_module(graphs, subset=2048):
+    L.seed_everything(0, verbose=False)
+    config = TrainConfig(
+        experiment="parity-interpolation",
+        compile=False,
+        lr=0.003,
+        lr_patience=0,
+        lr_factor=0.5,
+        train_subset=subset,
+    )
+    module = Plateau(
+        step=config.step,
+        n_classes=2,
+        method=config.method,
+        step_options=config.step_options,
+        method_options=config.method_options(),
+        lr=config.lr,
+        lr_schedule="plateau",
+        lr_patience=0,
+        lr_factor=0.5,
+        grad_clip=config.grad_clip,
+        graphs=graphs,
+    )
+    return config, module
+
+
+def resume_check(first_epochs: int = 2, epochs: int = 6, subset: int = 2048) -> dict:
+    """Train 2 epochs, then resume the run from its ``last.ckpt`` to 6 in a new module, three ways:
+    graphed, eager (capture refused), and graphed without moving the optimiser's tensors to the device
+    (the code before issue 30). The graph must end on the eager weights."""
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        config, module = plateau_module(None, subset)
+        datamodule = make_datamodule(config, test_subset=64)
+        fit(module, datamodule, first_epochs, checkpoint_dir=Path(tmp) / "ckpt", **QUIET)
+        ckpt = torch.load(Path(tmp) / "ckpt" / "last.ckpt", map_location="cpu", weights_only=True)
+        saved = ckpt["optimizer_states"][0]["param_groups"][0]["lr"]
+        out["lr_in_checkpoint"] = f"{type(saved).__name__} {getattr(saved, 'device', '')}"
+        # the checkpoint as it is, and the same with its learning rate as a CPU tensor (a checkpoint
+        # moved to the CPU, or written by another version)
+        variants = {"as_saved": Path(tmp) / "ckpt"}
+        cpu = Path(tmp) / "cpu_lr"
+        cpu.mkdir()
+        moved = copy.deepcopy(ckpt)
+        moved["optimizer_states"][0]["param_groups"][0]["lr"] = torch.tensor(float(saved))
+        torch.save(moved, cpu / "last.ckpt")
+        variants["lr_on_cpu"] = cpu
+        original = GraphedStep.optimizer_tensors_to_device
+        for variant, folder in variants.items():
+            weights = {}
+            for way, graphs, fixed in (
+                ("graphed", CudaGraphs(), True),
+                ("eager", NoCapture(), True),
+                ("graphed_unfixed", CudaGraphs(), False),
+            ):
+                if not fixed:  # the code before: only a float became a tensor; a CPU tensor stayed
+                    GraphedStep.optimizer_tensors_to_device = lr_as_before_issue_30
+                try:
+                    _, module = plateau_module(graphs, subset)
+                    record = Record()
+                    scratch = Path(tmp) / f"{variant}-{way}"
+                    scratch.mkdir()
+                    (scratch / "last.ckpt").write_bytes((folder / "last.ckpt").read_bytes())
+                    dm = make_datamodule(config, test_subset=64)
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        fit(
+                            module,
+                            dm,
+                            epochs,
+                            checkpoint_dir=scratch,
+                            resume=True,
+                            callbacks=[record],
+                            **QUIET,
+                        )
+                finally:
+                    GraphedStep.optimizer_tensors_to_device = original
+                weights[way] = record.weights
+                out[f"{variant}_{way}"] = {
+                    "lrs_after_each_epoch": record.lrs,
+                    "lr_device_at_train_start": record.lr_device_at_start,
+                    "replays": module.graph_replays,
+                }
+            for way in ("graphed", "graphed_unfixed"):
+                diff = max(
+                    (weights[way][k] - weights["eager"][k]).abs().max().item() for k in weights["eager"]
+                )
+                out[f"{variant}_{way}"]["max_abs_weight_diff_vs_eager"] = diff
+            print(json.dumps({k: v for k, v in out.items() if k.startswith(variant)}, indent=1), flush=True)
+    return out
+
+
+def second_fit_check() -> dict:
+    """Two fits of one module in one process, graphed and eager: each fit captures afresh."""
+    out = {}
+    weights = {}
+    for way, graphs in (("graphed", CudaGraphs()), ("eager", NoCapture())):
+        config, module = plateau_module(graphs, 1024)
+        replays = []
+        for _ in range(2):
+            record = Record()
+            with warnings.catch_warnings(), tempfile.TemporaryDirectory() as tmp:
+                warnings.simplefilter("ignore")
+                dm = make_datamodule(config, test_subset=64)
+                fit(module, dm, 2, checkpoint_dir=tmp, callbacks=[record], **QUIET)
+            replays.append(module.graph_replays)
+        weights[way] = record.weights
+        out[way] = {"replays_per_fit": replays}
+    out["max_abs_weight_diff"] = max(
+        (weights["graphed"][k] - weights["eager"][k]).abs().max().item() for k in weights["eager"]
+    )
+    print("second fit:", out, flush=True)
+    return out
+
+
+def capture_check_cuda() -> dict:
+    from pondernet_tutorial.data.parity import parity_batch
+    from pondernet_tutorial.data.pointer import pointer_batch
+    from pondernet_tutorial.runs.cuda_graph import capture_hazards
+
+    steps = {
+        "parity_gru": ({"n_elements": 16, "hidden_size": 64}, 2, lambda: parity_batch(128, 16, (1, 16))[:2]),
+        "parity_rnn": ({"n_elements": 16, "hidden_size": 128}, 2, lambda: parity_batch(128, 16, (1, 16))[:2]),
+        "mnist_mlp": ({}, 10, lambda: (torch.rand(128, 1, 28, 28), torch.randint(0, 10, (128,)))),
+        "mnist_refine": ({}, 10, lambda: (torch.rand(128, 1, 28, 28), torch.randint(0, 10, (128,)))),
+        "mnist_cnn": ({}, 10, lambda: (torch.rand(128, 1, 28, 28), torch.randint(0, 10, (128,)))),
+        "pointer_attention": ({"n_slots": 32}, 32, lambda: pointer_batch(128, 32, (1, 8))[:2]),
+    }
+    out = {}
+    for step, (options, n_classes, batch) in steps.items():
+        for method in ("pondernet", "act", "fixed"):
+            module = GraphedPonderLitModule(
+                step,
+                n_classes,
+                step_options=options,
+                method=method,
+                method_options={"max_steps": 8},
+                grad_clip=0.5,
+            ).cuda()
+            module._fit_sums = torch.zeros(len(module._fit_names), device="cuda")
+            lr = torch.tensor(0.001, device="cuda")
+            optimizer = torch.optim.Adam(module.parameters(), lr=lr, capturable=True, foreach=True)
+            graphed = GraphedStep(
+                module._summed_values, module.parameters(), optimizer, 0.5, buffers=[module._fit_sums]
+            )
+            x, y = (t.cuda() for t in batch())
+            out[f"{step}/{method}"] = capture_hazards(lambda g=graphed, x=x, y=y: g._update(x, y), "cuda")
+    bad = {k: v for k, v in out.items() if v}
+    print(f"capture check on cuda: {len(out)} pairs, {len(bad)} with hazards {bad}", flush=True)
+    return out
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--synthetic", action="store_true")
+    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--timed", type=int, default=300)
+    parser.add_argument("--paths", nargs="*", default=["eager", "graph", "compiled", "compiled_graph"])
+    parser.add_argument(
+        "--only", nargs="*", default=["resume", "second_fit", "capture_check_cuda"], help="the checks to run"
+    )
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    if args.synthetic:
+        import pondernet_tutorial.data.modules as modules
+
+        synthetic_mnist(modules)
+    results = {
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "lightning": L.__version__,
+    }
+
+    def save():  # after every part: what a command cut short has measured comes back
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+
+    start = time.perf_counter()
+    paths = {
+        "eager": (False, False),
+        "graph": (False, True),
+        "compiled": (True, False),
+        "compiled_graph": (True, True),
+    }
+    for name in args.paths:
+        for experiment in ("mnist-interpolation", "parity-interpolation"):
+            try:
+                results.setdefault(experiment, {}).update(
+                    speed(experiment, {name: paths[name]}, args.warmup, args.timed)
+                )
+            except Exception as error:  # one path failing (a compiler missing) does not stop the others
+                results.setdefault(experiment, {})[name] = f"{type(error).__name__}: {error}"
+                print(experiment, name, "failed:", error, flush=True)
+            save()
+    checks = {
+        "resume": resume_check,
+        "second_fit": second_fit_check,
+        "capture_check_cuda": capture_check_cuda,
+    }
+    for name in args.only:
+        results[name] = checks[name]()
+        save()
+    results["seconds"] = round(time.perf_counter() - start, 1)
+    save()
+    return results
+
+
+if __name__ == "__main__":
+    main()
