@@ -27,6 +27,7 @@ recorded step on the same tensors.
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -79,11 +80,14 @@ class CaptureCheck(TorchDispatchMode):
     Raises :class:`CaptureHazard` at a host synchronisation (``.item()``, ``float()``, ``bool()``,
     an ``if`` on a tensor: ``aten._local_scalar_dense``) and at an operation whose result's shape
     depends on the data (``nonzero``, ``masked_select``, indexing with a boolean mask). Records in
-    :attr:`hazards` a tensor on another device than ``device`` (a CPU tensor in a CUDA kernel is read
-    once, when the kernel is recorded: random numbers drawn on the CPU, a learning rate left there)
-    and random numbers drawn from a generator of the step's own instead of the device's, which a
-    graph replays as they were drawn at capture. :attr:`ops` is the log: each operation with the
-    shapes of its tensors and the values of its other arguments, what a graph records.
+    :attr:`hazards` what a CUDA kernel would read from the host once, when it is recorded: random
+    numbers drawn on the CPU, and a host tensor that the step did not make (a learning rate left on
+    the CPU, a buffer kept there), whose later changes a replay would miss; and random numbers drawn
+    from a generator of the step's own instead of the device's, which a graph replays as they were
+    drawn at capture. A host tensor that the step makes from a constant (``p[-1] = 1.0``) is
+    recorded as it is, which is right. :attr:`ops` is the log: each operation with the shapes of its
+    tensors (and the values of the small ones on the host) and its other arguments, what a graph
+    records.
     """
 
     def __init__(self, device):
@@ -91,6 +95,11 @@ class CaptureCheck(TorchDispatchMode):
         self.device = torch.device(device)
         self.ops: list[tuple] = []
         self.hazards: list[str] = []
+        self._made: dict[int, weakref.ref] = {}  # host tensors that the step made
+
+    def _made_here(self, t: Tensor) -> bool:
+        made = self._made.get(id(t))
+        return made is not None and made() is t
 
     def _flag(self, message: str) -> None:
         if message not in self.hazards:
@@ -117,20 +126,33 @@ class CaptureCheck(TorchDispatchMode):
         inputs = pytree.tree_leaves((args, kwargs))
         self.ops.append((str(func), *map(_described, inputs)))  # what a graph records
         out = func(*args, **kwargs)
-        leaves = [*inputs, *pytree.tree_leaves(out)]
-        elsewhere = sorted(
-            {str(t.device) for t in leaves if isinstance(t, Tensor) and t.device.type != self.device.type}
-        )
-        if elsewhere:
-            what = "random numbers drawn" if random else "a tensor"
+        host = [
+            t for t in pytree.tree_leaves(out) if isinstance(t, Tensor) and t.device.type != self.device.type
+        ]
+        for t in host:
+            self._made[id(t)] = weakref.ref(t)
+        if random and host:
             self._flag(
-                f"{func}: {what} on {', '.join(elsewhere)}, read once at capture and frozen in every replay"
+                f"{func}: random numbers drawn on {host[0].device}: a graph replays the ones of the capture"
             )
+        if func not in (aten.lift_fresh.default, aten.lift_fresh_copy.default):  # a literal, made here
+            kept = [
+                t
+                for t in inputs
+                if isinstance(t, Tensor) and t.device.type != self.device.type and not self._made_here(t)
+            ]
+            if kept:
+                self._flag(
+                    f"{func}: a tensor on {kept[0].device} that the step did not make (a learning rate, a "
+                    "buffer), read once at capture: a replay misses its later changes"
+                )
         return out
 
 
 def _described(value):
     if isinstance(value, Tensor):
+        if value.device.type == "cpu" and value.numel() <= 16:  # a constant the graph records: its values
+            return (tuple(value.shape), value.dtype, "cpu", tuple(value.flatten().tolist()))
         return (tuple(value.shape), value.dtype, value.device.type)
     if value is None or isinstance(value, (bool, int, float, complex, str, torch.dtype, torch.device)):
         return value  # a graph records these as they were at capture

@@ -166,3 +166,24 @@ def test_a_learning_rate_restored_on_the_cpu_is_moved_to_the_device():
     assert lr.device.type == "meta"
     assert all(v.device.type == "meta" for s in graphed.optimizer.state.values() for v in s.values())
     assert capture_hazards(run, "meta") == []
+
+
+def test_host_tensors_made_from_a_constant_pass_the_ones_kept_outside_or_changing_do_not():
+    """``p[-1] = 1.0`` makes a CPU scalar in the step, the same at every run: a graph records it
+    rightly. A CPU tensor kept outside the step (a learning rate) is read once at capture; one made
+    from a Python counter changes from run to run."""
+    weights, rate, calls = torch.zeros(3, device="meta"), torch.tensor(0.1), [0]
+
+    def constant():
+        weights.add_(torch.tensor(1.0))
+
+    def kept_outside():
+        weights.add_(rate)
+
+    def counted():
+        calls[0] += 1
+        weights.add_(torch.tensor(float(calls[0])))
+
+    assert capture_hazards(constant, "meta") == []
+    assert any("did not make" in hazard for hazard in capture_hazards(kept_outside, "meta"))
+    assert any("differ" in hazard for hazard in capture_hazards(counted, "meta"))
