@@ -257,6 +257,7 @@ def main(argv=None) -> dict:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--synthetic", action="store_true")
+    parser.add_argument("--experiments", nargs="+", default=["mnist-interpolation", "parity-interpolation"])
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--timed", type=int, default=300)
     parser.add_argument("--paths", nargs="*", default=["eager", "graph", "compiled", "compiled_graph"])
@@ -287,7 +288,7 @@ def main(argv=None) -> dict:
         "compiled_graph": (True, True),
     }
     for name in args.paths:
-        for experiment in ("mnist-interpolation", "parity-interpolation"):
+        for experiment in args.experiments:
             try:
                 results.setdefault(experiment, {}).update(
                     speed(experiment, {name: paths[name]}, args.warmup, args.timed)
