@@ -21,7 +21,9 @@ fails, it says so in one line and goes on eagerly with the same computation.
 its training step taken by a :class:`GraphedStep` (Lightning's manual optimisation); ``train()`` uses
 it on one CUDA device. Nothing here needs a GPU to be tested: the CUDA calls sit behind
 :class:`CudaGraphs`, and the tests replace it with a stand-in graph on the CPU that replays the
-recorded step on the same tensors.
+recorded step on the same tensors. What such a stand-in cannot see (a value read on the host, random
+numbers drawn on the CPU, a Python counter) :func:`capture_hazards` finds in a log of the step's
+operations; ``benchmarks/gpu_path.py`` runs the real capture on a GPU.
 """
 
 from __future__ import annotations
@@ -163,8 +165,9 @@ def capture_hazards(step: Callable[[], object], device, runs: int = 2, setup: in
     """What a CUDA graph of ``step`` (one whole training step, on ``device``) would not replay as the
     step ran eagerly: the :class:`CaptureCheck` of ``setup + runs`` runs of it (the first ``setup``
     may create state, as the warm-up does), and any difference between the operations of the last
-    ``runs`` (a Python counter or a branch on Python state: a graph replays what ran at capture). An
-    empty list: nothing found. The step runs for real: its parameters are updated."""
+    ``runs`` (a Python counter or a branch on Python state: a graph replays what ran at capture; one
+    that changes the step only every n-th call can pass). An empty list: nothing found. The step runs
+    for real: its parameters are updated."""
     hazards, logs = [], []
     for _ in range(setup + runs):
         check = CaptureCheck(device)
