@@ -16,7 +16,14 @@ from ..methods import METHOD_OPTIONS, METHODS
 from ..options import Option, at_least
 from ..registry import EXPERIMENTS, get_experiment
 from ..steps import STEPS
-from .config import FIELD_OPTIONS, PRETRAINED_DIR, TrainConfig, default_value
+from .config import (
+    FIELD_OPTIONS,
+    PRETRAINED_DIR,
+    WEIGHTS,
+    TrainConfig,
+    default_value,
+    other_methods_options,
+)
 from .config import option as declared_option
 
 # evaluate --pretrained names a shipped run by the options that name it in train (--tau, --lambda-p, ...)
@@ -128,7 +135,7 @@ def _config_values(args, names) -> dict:
 def shipped_runs() -> dict[str, dict[str, list[int]]]:
     """The shipped runs with weights, without importing PyTorch: ``{experiment: {variant: [seeds]}}``."""
     runs: dict[str, dict[str, list[int]]] = {}
-    for model in sorted(PRETRAINED_DIR.glob("*/*/seed*/model.pt")):
+    for model in sorted(PRETRAINED_DIR.glob(f"*/*/seed*/{WEIGHTS}")):
         seed = model.parent.name.removeprefix("seed")
         if seed.isdigit():
             variants = runs.setdefault(model.parent.parent.parent.name, {})
@@ -161,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     src = p_eval.add_mutually_exclusive_group(required=True)
     src.add_argument(
-        "--checkpoint", help="a model.pt written by `train` (its metadata.json names the experiment)"
+        "--checkpoint", help="a model.safetensors written by `train` (its metadata.json names the experiment)"
     )
     src.add_argument(
         "--pretrained",
@@ -276,7 +283,7 @@ def _interrupted_line(args, error) -> str:
     """What an interrupted command kept, and what to rerun."""
     stop = str(error) if str(error).startswith("interrupted") else "interrupted"
     if args.command == "train":
-        kept = "the run's folder holds no finished model.pt (runs already finished are untouched)"
+        kept = "the run's folder holds no finished model.safetensors (runs already finished are untouched)"
         rerun = "rerun the same command: a parity or pointer run continues from its last epoch, MNIST starts again"
     elif args.command == "reproduce":
         kept = f"the runs finished so far are kept in {args.output_dir if not args.ship else 'pretrained/'}"
@@ -289,10 +296,11 @@ def _interrupted_line(args, error) -> str:
 def _user_errors():
     """The exception types that mean a mistake in the input (imported only when a command runs)."""
     from ..data.mnist import MNISTDamagedError, MNISTNotFoundError
+    from ..fit import TrainingDivergedError
     from .checkpoints import CheckpointError
     from .config import ConfigMismatchError
     from .files import DamagedFileError
-    from .training import MissingPackageError, TrainingDivergedError
+    from .training import MissingPackageError
 
     try:  # Lightning's error for a bad --accelerator, --devices or --strategy
         from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -474,13 +482,11 @@ def _run_name(config: TrainConfig) -> str:
 def _pretrained_config(args, given: dict) -> TrainConfig:
     """The configuration of the shipped run that ``evaluate --pretrained`` names, refused in one line,
     before PyTorch is imported, when no such run is shipped."""
-    for name in given:
-        if name not in FIELD_OPTIONS and name not in METHOD_OPTIONS[args.method]:
-            owners = [m for m, declared in METHOD_OPTIONS.items() if name in declared]
-            raise UserError(
-                f"--{name.replace('_', '-')} is an option of {' and '.join(owners)}, not of {args.method}: "
-                f"add --method {owners[0]}."
-            )
+    for name, owners in other_methods_options(args.method, given).items():
+        raise UserError(
+            f"--{name.replace('_', '-')} is an option of {' and '.join(owners)}, not of {args.method}: "
+            f"add --method {owners[0]}."
+        )
     config = _config(
         {
             "experiment": args.pretrained,
@@ -526,7 +532,7 @@ def _list() -> int:
     for s in STUDIES.values():
         print(f"  {s.name}: {s.description}")
     shipped = sorted(
-        p.parent.parent.relative_to(PRETRAINED_DIR) for p in PRETRAINED_DIR.glob("*/*/seed*/model.pt")
+        p.parent.parent.relative_to(PRETRAINED_DIR) for p in PRETRAINED_DIR.glob(f"*/*/seed*/{WEIGHTS}")
     )
     print("shipped runs with weights:")
     for run in dict.fromkeys(shipped):
