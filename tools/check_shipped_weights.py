@@ -1,6 +1,6 @@
 """Check that every shipped run's weights reproduce its shipped numbers.
 
-    python tools/check_shipped_weights.py [FILTER]    # FILTER: a substring of the run's path
+    python tools/check_shipped_weights.py [FILTER ...]    # FILTER: substrings of the runs' paths
 
 For each run under ``pondernet_tutorial/pretrained`` this loads ``model.safetensors`` the way the
 package does (:func:`~pondernet_tutorial.runs.checkpoints.load_model`, with the configuration that the
@@ -51,9 +51,9 @@ def check_run(folder: Path) -> dict[str, float]:
     return relative
 
 
-def main(pattern: str = "") -> int:
+def main(*patterns: str) -> int:
     worst = dict.fromkeys(COLUMNS, 0.0)
-    runs = [r["path"] for r in available_pretrained() if pattern in str(r["path"])]
+    runs = [r["path"] for r in available_pretrained() if any(p in str(r["path"]) for p in patterns or [""])]
     failed = 0
     for folder in runs:
         differences = check_run(folder)

@@ -38,6 +38,14 @@ REPRODUCE_OPTIONS = tuple(name for name, option in FIELD_OPTIONS.items() if opti
 LIMIT = Option(int, help="evaluate on the first N test samples only", check=at_least(1), optional=True)
 
 
+# What each command can do about running out of memory, in its own options
+OUT_OF_MEMORY = {
+    "train": "choose smaller sizes (--batch-size, --step-option hidden_size=..., --max-steps)",
+    "evaluate": "evaluate fewer samples (--limit) or fewer rotated test sets (--angles, --uniform)",
+    "reproduce": "train fewer runs at once (--jobs)",
+}
+
+
 class UserError(Exception):
     """A mistake in the command line's input: printed as one line, exit status 2."""
 
@@ -344,8 +352,9 @@ def _run(args) -> int:
         config = _config(_config_values(args, [f.name for f in fields(TrainConfig)]))
         _checked(check_writable_folder, config.output_dir)
     elif args.command == "reproduce":
-        if args.jobs < 1:
-            raise UserError(f"--jobs must be >= 1, got {args.jobs}.")
+        from .processes import check_jobs
+
+        _checked(check_jobs, args.jobs)
         if args.ship and args.quick:
             raise UserError("quick runs are never shipped as pretrained results: drop --quick or --ship.")
         given = _config_values(args, REPRODUCE_OPTIONS)
@@ -390,8 +399,7 @@ def _run(args) -> int:
         ):
             raise
         raise UserError(
-            f"out of memory ({text[:200] or 'MemoryError'}): choose smaller sizes (--batch-size, "
-            "--step-option hidden_size=..., --max-steps)."
+            f"out of memory ({text[:200] or 'MemoryError'}): {OUT_OF_MEMORY[args.command]}."
         ) from None
     return 0
 

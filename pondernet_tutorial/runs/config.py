@@ -175,7 +175,10 @@ class TrainConfig:
         choices=tuple(METHODS),
     )
     seed: int = setting(
-        int, 0, "random seed of the run (weights, batches, rotations, dropout)", check=at_least(0)
+        int,
+        0,
+        "random seed of the run (weights, batches, rotations, dropout)",
+        check=in_range(0, 2**32 - 1, "the seeds of NumPy and Lightning are 32-bit"),
     )
     step: str | None = setting(
         str,

@@ -176,3 +176,12 @@ def stop_on_signals():
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+def check_jobs(jobs: int) -> int:
+    """Runs trained at once: at least 1, at most the machine's cores (each run is a process of its own,
+    with its own copy of the data and the model: more processes than cores only queue for them)."""
+    cores = os.cpu_count() or 1
+    if not isinstance(jobs, int) or not 1 <= jobs <= cores:
+        raise ValueError(f"--jobs must lie in [1, {cores}] (the cores of this machine), got {jobs!r}.")
+    return jobs

@@ -39,7 +39,7 @@ from .config import (
     identity_differences,
 )
 from .files import folder_lock, read_json, read_table, write_csv, write_json
-from .processes import Interrupted, is_rank_zero, stop_on_signals
+from .processes import Interrupted, check_jobs, is_rank_zero, stop_on_signals
 
 if TYPE_CHECKING:  # pandas is imported where it is used: listing the studies stays light
     import pandas as pd
@@ -369,6 +369,7 @@ def reproduce(
         ship: write into the package's ``pretrained/`` folder and keep only what the study ships.
         common: :class:`TrainConfig` fields for every run (``accelerator``, ``data_dir``, ...).
     """
+    check_jobs(jobs)
     if ship and (quick or common.get("train_subset")):
         raise ValueError("quick runs (--quick or --train-subset) are never shipped as pretrained results.")
     if not ship:

@@ -34,7 +34,6 @@ from lightning.pytorch.callbacks import Callback
 from ..fit import (
     CheckpointError,
     fit,
-    last_checkpoint,
     read_checkpoint,
 )
 from ..lightning_module import ENGINE_VERSION, PonderLitModule
@@ -440,6 +439,19 @@ def _check_last_checkpoint(run_dir: Path, config: TrainConfig, datamodule, modul
     theirs = checkpoint["state_dict"]
     if {k: tuple(getattr(v, "shape", ())) for k, v in theirs.items()} != mine:
         raise CheckpointError("its weights are not of this model's names and shapes")
+    parameters = [tuple(p.shape) for p in module.parameters()]
+    for optimizer in checkpoint.get("optimizer_states") or []:  # Lightning restores them unchecked
+        state = optimizer.get("state", {}) if isinstance(optimizer, dict) else None
+        if not isinstance(state, dict) or not all(
+            isinstance(i, int)
+            and 0 <= i < len(parameters)
+            and isinstance(values, dict)
+            and all(
+                v.dim() == 0 or tuple(v.shape) == parameters[i] for v in values.values() if torch.is_tensor(v)
+            )
+            for i, values in state.items()
+        ):
+            raise CheckpointError("its optimizer state is not of this model's shapes")
     states = checkpoint.get("callbacks") or {}
     history = states.get(History.__qualname__, {}) if isinstance(states, dict) else None
     if not isinstance(history, dict) or not _plain_rows(history.get("rows", [])):
@@ -470,7 +482,7 @@ def resumable(run_dir: Path, config: TrainConfig, datamodule, module) -> bool:
     recorded = read_json(run_dir / RESUME_FILE)
     if recorded is None or recorded.get("identity") != _plain(config.identity()):
         return False
-    if last_checkpoint(run_dir / "checkpoints") is None:
+    if not os.path.lexists(run_dir / "checkpoints" / "last.ckpt"):  # a link too: refused below, in one line
         return False
     try:
         _check_unfinished_folder(run_dir)

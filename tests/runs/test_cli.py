@@ -69,7 +69,7 @@ def test_a_user_error_exits_with_status_2_and_one_line():
             ["evaluate", "--pretrained", "parity-interpolation", "--method", "fixed", "--seed", "99"],
             "no shipped model",
         ),
-        (["reproduce", "--jobs", "0"], "--jobs must be >= 1"),
+        (["reproduce", "--jobs", "0"], "--jobs must lie in"),
         (["reproduce", "--ship", "--quick"], "never shipped"),
     ],
 )
