@@ -127,12 +127,15 @@ def _read_weights(path: Path) -> tuple[dict, bytes]:
                 f"{path} declares {values:,} weights, more than {MAX_PARAMETERS:,} ({PARAMETERS_REASON}): "
                 "it is not a model of this package's experiments."
             )
-        data = file.read(length + 1)
+        held = os.fstat(file.fileno()).st_size - 8 - size
+        if held != length:  # before the read: a small file never makes it allocate what its header says
+            raise CheckpointError(
+                f"{path} holds {held:,} bytes of weights where its header declares {length:,}: the file is "
+                "truncated or damaged; download or train it again."
+            )
+        data = file.read(length)
     if len(data) != length:
-        raise CheckpointError(
-            f"{path} holds {len(data):,} bytes of weights where its header declares {length:,}: the file is "
-            "truncated or damaged; download or train it again."
-        )
+        raise CheckpointError(f"{path} changed while it was read: read it again.")
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
         raise CheckpointError(
             f"{path} has format {metadata.get('format') if isinstance(metadata, dict) else None!r}, this "
