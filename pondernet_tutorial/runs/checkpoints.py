@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 from pathlib import Path
 
@@ -48,20 +49,8 @@ from .files import DamagedFileError, atomic_file, open_regular, read_json
 
 FORMAT = "pondernet_tutorial/weights-v3"
 TRUST_HINT = "Load it only if you trust the file: load_model(..., trust_code=True), or evaluate --trust-code"
-MAX_HEADER_BYTES = 2**20  # the header holds the tensors' names and shapes and the hyperparameters: a few kB
-# the bytes of each dtype that a model file may hold (a module's floats and its integer buffers)
-DTYPE_BYTES = {
-    "F64": 8,
-    "F32": 4,
-    "F16": 2,
-    "BF16": 2,
-    "I64": 8,
-    "I32": 4,
-    "I16": 2,
-    "I8": 1,
-    "U8": 1,
-    "BOOL": 1,
-}
+# the largest model file: MAX_PARAMETERS weights of 8 bytes (float64 at most), and a header of a few kB
+MAX_WEIGHTS_BYTES = 8 * MAX_PARAMETERS + 2**20
 
 
 def save_weights(module: PonderLitModule, path: str | os.PathLike) -> Path:
@@ -83,74 +72,43 @@ def _accepted_hparams() -> set[str]:
     }
 
 
-def _read_weights(path: Path) -> tuple[dict, bytes]:
-    """The hyperparameters in a model file's header and the file's bytes, read only after the header has
-    been checked: the file is a regular file, its header is JSON of bounded size, its tensors hold at
-    most ``MAX_PARAMETERS`` values of known dtypes, and the file is exactly as long as they say."""
-    try:  # a regular file only: a FIFO or a device never blocks or fills the memory
-        file = open_regular(path, 8 + MAX_HEADER_BYTES + 8 * MAX_PARAMETERS)
+def _read_weights(path: Path) -> tuple[dict, dict]:
+    """The hyperparameters in a model file's header, and its tensors. The file must be a regular file
+    (a FIFO or a device never blocks or fills the memory) no bigger than the largest model allowed;
+    safetensors checks that its header covers the file exactly before anything is read, and the
+    declared weights are counted before any is read."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        open_regular(path, MAX_WEIGHTS_BYTES).close()
+        with safe_open(str(path), "pt") as file:
+            metadata = file.metadata() or {}
+            values = sum(math.prod(file.get_slice(k).get_shape()) for k in file.keys())
+            if values > MAX_PARAMETERS:
+                raise CheckpointError(
+                    f"{path} declares {values:,} weights, more than {MAX_PARAMETERS:,} ({PARAMETERS_REASON}): "
+                    "it is not a model of this package's experiments."
+                )
+            if metadata.get("format") != FORMAT:
+                raise CheckpointError(
+                    f"{path} has format {metadata.get('format')!r}, this package reads {FORMAT!r}: it was not "
+                    "written by this version of pondernet_tutorial; train the run again with this one."
+                )
+            hparams = json.loads(metadata.get("hparams", "null"))
+            if not isinstance(hparams, dict):
+                raise CheckpointError(
+                    f"{path} is not a PonderNet model file: its hyperparameters are not a dictionary."
+                )
+            return hparams, {k: file.get_tensor(k) for k in file.keys()}
     except (DamagedFileError, OSError) as error:
         raise CheckpointError(
             f"{path} is not a model file ({error.strerror or error}): give the {WEIGHTS} file of a run."
         ) from None
-    with file:
-        start = file.read(8)
-        size = int.from_bytes(start, "little") if len(start) == 8 else -1
-        if not 2 <= size <= MAX_HEADER_BYTES and start[:2] in (
-            b"PK",
-            b"\x80\x02",
-        ):  # torch.save's zip, pickle
-            raise CheckpointError(
-                f"{path} is a PyTorch pickle (a model.pt of an older version, or a Lightning .ckpt): this "
-                f"package reads weights only from {WEIGHTS} files, which cannot run code; train the run again."
-            )
-        if not 2 <= size <= MAX_HEADER_BYTES:
-            raise CheckpointError(
-                f"{path} is not a safetensors model file (a header of {size:,} bytes): download or train it again."
-            )
-        raw = file.read(size)
-        try:
-            header = json.loads(raw.decode("utf-8"))
-            metadata = header.pop("__metadata__", None) or {}
-            shapes = {k: [int(n) for n in v["shape"]] for k, v in header.items()}
-            unknown = {v["dtype"] for v in header.values()} - set(DTYPE_BYTES)
-            if unknown:
-                raise ValueError(f"dtypes {sorted(unknown)}")
-            values = sum(int(torch.Size(shape).numel()) for shape in shapes.values())
-            length = max((int(v["data_offsets"][1]) for v in header.values()), default=0)
-        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as error:
-            raise CheckpointError(
-                f"{path} has a damaged safetensors header ({type(error).__name__}): download or train it again."
-            ) from None
-        if values > MAX_PARAMETERS:
-            raise CheckpointError(
-                f"{path} declares {values:,} weights, more than {MAX_PARAMETERS:,} ({PARAMETERS_REASON}): "
-                "it is not a model of this package's experiments."
-            )
-        held = os.fstat(file.fileno()).st_size - 8 - size
-        if held != length:  # before the read: a small file never makes it allocate what its header says
-            raise CheckpointError(
-                f"{path} holds {held:,} bytes of weights where its header declares {length:,}: the file is "
-                "truncated or damaged; download or train it again."
-            )
-        data = file.read(length)
-    if len(data) != length:
-        raise CheckpointError(f"{path} changed while it was read: read it again.")
-    if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
+    except (SafetensorError, ValueError, RecursionError) as error:  # a JSONDecodeError is a ValueError
         raise CheckpointError(
-            f"{path} has format {metadata.get('format') if isinstance(metadata, dict) else None!r}, this "
-            f"package reads {FORMAT!r}: it was not written by this version of pondernet_tutorial; train the "
-            "run again with this one."
-        )
-    try:
-        hparams = json.loads(metadata.get("hparams", "null"))
-    except (ValueError, TypeError, RecursionError):
-        hparams = None
-    if not isinstance(hparams, dict):
-        raise CheckpointError(
-            f"{path} is not a PonderNet model file: its hyperparameters are not a dictionary."
-        )
-    return hparams, start + raw + data
+            f"{path} is not a whole {WEIGHTS} file ({_one_line(error)}) A model.pt of an older version and a "
+            "Lightning .ckpt are PyTorch pickles, which this package never loads: download or train it again."
+        ) from None
 
 
 def _check_registered_only(hparams: dict, path: Path) -> None:
@@ -261,7 +219,7 @@ def load_model(
         raise CheckpointError(
             f"no model file at {path}; train one with `python -m pondernet_tutorial train`."
         )
-    hparams, data = _read_weights(path)
+    hparams, state = _read_weights(path)
     unknown = sorted(set(hparams) - _accepted_hparams())
     if unknown:
         raise CheckpointError(f"{path} has hyperparameters this package does not know: {', '.join(unknown)}.")
@@ -294,15 +252,8 @@ def load_model(
         raise CheckpointError(
             f"{path} describes a model that does not fit in memory: {_one_line(error)}"
         ) from None
-    from safetensors import SafetensorError
-    from safetensors.torch import load
-
     try:
-        module.load_state_dict(load(data))
-    except SafetensorError as error:
-        raise CheckpointError(
-            f"{path} is a damaged safetensors file ({_one_line(error)}) Download or train it again."
-        ) from None
+        module.load_state_dict(state)
     except RuntimeError as error:
         detail = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
         raise CheckpointError(

@@ -61,7 +61,13 @@ class History(Callback):
         return {"rows": [dict(row) for row in self.rows]}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.rows = [dict(row) for row in state_dict.get("rows", [])]
+        rows = state_dict.get("rows", [])
+        if not isinstance(rows, list) or not all(
+            isinstance(row, dict) and all(isinstance(v, (int, float, type(None))) for v in row.values())
+            for row in rows
+        ):
+            raise ValueError("its history is not a list of rows of numbers")
+        self.rows = [dict(row) for row in rows]
         self.restored = len(self.rows)
 
     def on_train_start(self, trainer, pl_module):
@@ -413,20 +419,13 @@ def _check_unfinished_folder(run_dir: Path) -> None:
             raise CheckpointError(f"it holds more than {MAX_ENTRIES:,} files")
 
 
-def _plain_rows(rows) -> bool:
-    return isinstance(rows, list) and all(
-        isinstance(row, dict)
-        and all(isinstance(k, str) and (v is None or isinstance(v, (int, float))) for k, v in row.items())
-        for row in rows
-    )
-
-
 def _check_last_checkpoint(run_dir: Path, config: TrainConfig, datamodule, module) -> None:
     """Raise ``CheckpointError`` unless ``last.ckpt`` is this very run's: read with
     :func:`~pondernet_tutorial.fit.read_checkpoint` (a regular file in the run's own checkpoints folder,
     bounded, weights-only), with the hyperparameters of the module and of the data module that this
-    configuration builds, weights of the module's names and shapes, and callback and data states of
-    the kinds that this package writes."""
+    configuration builds, and optimizer states of the module's shapes. These are what Lightning would
+    restore without a word; what fails in its restore (weights of other shapes, a damaged generator
+    state or history) is one line in :func:`train`, which then trains the run again."""
     checkpoint = read_checkpoint(run_dir / "checkpoints" / "last.ckpt", run_dir / "checkpoints")
     for what, saved, expected in (
         ("model", checkpoint.get("hyper_parameters"), module.hparams),
@@ -435,10 +434,6 @@ def _check_last_checkpoint(run_dir: Path, config: TrainConfig, datamodule, modul
         if not isinstance(saved, dict) or _plain(dict(saved)) != _plain(dict(expected)):
             differences = "; ".join(identity_differences(dict(saved or {}), dict(expected)))
             raise CheckpointError(f"its {what} hyperparameters are not this configuration's: {differences}")
-    mine = {k: tuple(v.shape) for k, v in module.state_dict().items()}
-    theirs = checkpoint["state_dict"]
-    if {k: tuple(getattr(v, "shape", ())) for k, v in theirs.items()} != mine:
-        raise CheckpointError("its weights are not of this model's names and shapes")
     parameters = [tuple(p.shape) for p in module.parameters()]
     for optimizer in checkpoint.get("optimizer_states") or []:  # Lightning restores them unchecked
         state = optimizer.get("state", {}) if isinstance(optimizer, dict) else None
@@ -452,19 +447,6 @@ def _check_last_checkpoint(run_dir: Path, config: TrainConfig, datamodule, modul
             for i, values in state.items()
         ):
             raise CheckpointError("its optimizer state is not of this model's shapes")
-    states = checkpoint.get("callbacks") or {}
-    history = states.get(History.__qualname__, {}) if isinstance(states, dict) else None
-    if not isinstance(history, dict) or not _plain_rows(history.get("rows", [])):
-        raise CheckpointError("its history is not a list of rows of numbers")
-    if len(history.get("rows", [])) > config.epochs:
-        raise CheckpointError(f"its history has more than {config.epochs} epochs")
-    data_state = checkpoint.get(type(datamodule).__qualname__) or {}
-    generator = data_state.get("train_generator") if isinstance(data_state, dict) else None
-    if generator is not None:
-        try:
-            torch.Generator().set_state(generator)
-        except (RuntimeError, TypeError) as error:
-            raise CheckpointError(f"its data generator state cannot be restored ({error})") from None
 
 
 def resumable(run_dir: Path, config: TrainConfig, datamodule, module) -> bool:
