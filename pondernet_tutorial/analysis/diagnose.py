@@ -30,6 +30,10 @@ def diagnose(model, x, difficulty=None, show: bool = True) -> Diagnosis:
         x: a batch of ``B`` inputs the model accepts.
         difficulty: optional ``(B,)`` difficulty of each input (any numbers, higher is harder).
     """
+    if isinstance(x, torch.Tensor) and (x.dim() == 0 or x.shape[0] == 0):
+        raise ValueError(
+            f"diagnose needs a batch of at least one input, got a tensor of shape {tuple(x.shape)}"
+        )
     inner = getattr(model, "model", None)
     method = inner if isinstance(inner, torch.nn.Module) else model  # the method inside a LitModule
     if hasattr(method, "evaluation_forward"):  # the full unroll over the evaluation's steps, any mode

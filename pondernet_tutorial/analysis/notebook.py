@@ -122,8 +122,9 @@ def run_file(root, run, name: str) -> Path:
 def load_model(root, run):
     """A run's trained model (eval mode)."""
     from ..runs.checkpoints import load_model as load
+    from ..runs.config import WEIGHTS
 
-    return load(run_file(root, run, "model.pt"))
+    return load(run_file(root, run, WEIGHTS))
 
 
 def load_json(root, run, name: str = "metadata.json") -> dict:

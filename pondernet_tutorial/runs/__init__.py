@@ -5,7 +5,7 @@ reader reusing PonderNet does not.
 * :mod:`.build`: from a configuration to its data module and LightningModule;
 * :mod:`.training`: ``train()``, ``fit()`` inside a run folder with a lock, records and checks;
 * :mod:`.cuda_graph`: the training step replayed from one CUDA graph (a subclass of the module);
-* :mod:`.checkpoints`: weights-only ``model.pt`` files, safe loading, the shipped runs;
+* :mod:`.checkpoints`: weights as ``model.safetensors`` files (data, never code), safe loading, the shipped runs;
 * :mod:`.evaluation`: per-sample, per-step and per-class tables;
 * :mod:`.studies`: the groups of runs behind the book, ``reproduce``;
 * :mod:`.files`, :mod:`.processes`: whole-file writes, folder locks, child processes;

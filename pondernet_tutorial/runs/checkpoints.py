@@ -1,16 +1,18 @@
-"""Weights-only checkpoints and the pretrained runs shipped with the package.
+"""Model weights as data, and the pretrained runs shipped with the package.
 
-A checkpoint is a ``torch.save`` of plain data: ``{"format", "hparams", "state_dict"}``. It loads with
-``torch.load(weights_only=True)``, which never runs code from the file. The hyperparameters name the
-step function, the halting method and the loss by registered name, so any run that the registry
-describes is rebuilt from its file (a Lightning ``.ckpt`` of a :class:`PonderLitModule` also works, see
-:func:`load_model`).
+A model file (``model.safetensors``) is a `safetensors <https://huggingface.co/docs/safetensors>`_ file:
+the tensors of the module's ``state_dict``, and in its header, as JSON text, the format and the module's
+hyperparameters. Reading it parses JSON and copies bytes, never unpickles anything, so it cannot run
+code; its header declares every tensor's shape, so the size of the model is checked before a byte of
+weights is read, and a file cannot ask for more memory than its size. A run folder also holds its
+configuration in ``metadata.json`` beside the weights.
 
-A checkpoint is untrusted data: what it names is looked up among the registered components
-(:data:`~pondernet_tutorial.steps.STEPS`, :data:`~pondernet_tutorial.methods.METHODS`,
+The hyperparameters name the step function, the halting method and the loss by registered name, so
+any run that the registry describes is rebuilt from its file. What they name is looked up among the
+registered components (:data:`~pondernet_tutorial.steps.STEPS`, :data:`~pondernet_tutorial.methods.METHODS`,
 :data:`~pondernet_tutorial.registry.LOSSES`), with the options they declare, and nothing else is
 imported or called, unless the caller trusts the file (``trust_code=True``, ``evaluate --trust-code``),
-as with Hugging Face's ``trust_remote_code``. A ``model.pt`` in a run folder must also be the model that
+as with Hugging Face's ``trust_remote_code``. A model file in a run folder must also be the model that
 the folder's ``metadata.json`` records, and the one that the caller asks for.
 
 Shipped runs live in ``pretrained/<experiment>/<variant>/seed<k>/`` like any run folder, and
@@ -20,40 +22,46 @@ Shipped runs live in ``pretrained/<experiment>/<variant>/seed<k>/`` like any run
 from __future__ import annotations
 
 import inspect
+import json
+import math
 import os
-import pickle
-import re
 from pathlib import Path
 
 import torch
 
+from ..fit import CheckpointError
 from ..lightning_module import PonderLitModule
 from ..methods import METHOD_OPTIONS, METHODS
 from ..options import MAX_PARAMETERS, PARAMETERS_REASON, check_max_steps
 from ..registry import LOSSES, UnregisteredComponentError, check_registered, is_plain
 from ..steps import STEP_OPTIONS, STEPS
 from .build import make_module
-from .config import PRETRAINED_DIR, TrainConfig, _plain, check_same_identity, identity_differences
-from .files import DamagedFileError, open_regular, read_json, torch_save
+from .config import (
+    PRETRAINED_DIR,
+    WEIGHTS,
+    TrainConfig,
+    _plain,
+    check_same_identity,
+    identity_differences,
+    other_methods_options,
+)
+from .files import DamagedFileError, atomic_file, open_regular, read_json
 
-FORMAT = "pondernet_tutorial/weights-v2"
+FORMAT = "pondernet_tutorial/weights-v3"
 TRUST_HINT = "Load it only if you trust the file: load_model(..., trust_code=True), or evaluate --trust-code"
-
-
-# A checkpoint holds the weights (4 bytes each, at most MAX_PARAMETERS of them) and a few kB of settings;
-# twice that, plus room for the optimizer's state of a Lightning .ckpt, bounds a file this package wrote
-MAX_CHECKPOINT_BYTES = 3 * 4 * MAX_PARAMETERS + 64 * 2**20
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint file is missing, damaged, names code that is not registered, or does not fit the
-    model that its folder records or that the caller asks for."""
+# the largest model file: MAX_PARAMETERS weights of 8 bytes (float64 at most), and a header of a few kB
+MAX_WEIGHTS_BYTES = 8 * MAX_PARAMETERS + 2**20
 
 
 def save_weights(module: PonderLitModule, path: str | os.PathLike) -> Path:
-    """Save the module's hyperparameters and weights (tensors and plain values only), whole."""
-    state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
-    return torch_save({"format": FORMAT, "hparams": dict(module.hparams), "state_dict": state}, path)
+    """Save the module's weights and hyperparameters as one ``safetensors`` file, whole."""
+    from safetensors.torch import save
+
+    state = {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
+    header = {"format": FORMAT, "hparams": json.dumps(_plain(dict(module.hparams)))}
+    with atomic_file(path, "wb") as handle:
+        handle.write(save(state, metadata=header))
+    return Path(path)
 
 
 def _accepted_hparams() -> set[str]:
@@ -64,20 +72,43 @@ def _accepted_hparams() -> set[str]:
     }
 
 
-def _read_error(path: Path, error: Exception) -> CheckpointError:
-    """One line on why ``torch.load`` refused the file, without torch's advice to load it unsafely."""
-    if isinstance(error, pickle.UnpicklingError):
-        found = re.search(r"GLOBAL [\w.]+", str(error))  # what the file asked to import
-        what = f" ({found.group(0)})" if found else ""
-        return CheckpointError(
-            f"{path} holds Python objects that a weights-only checkpoint never holds{what}: refused, nothing "
-            "in it was run. Use a model.pt written by pondernet_tutorial."
-        )
-    first = (str(error).strip().splitlines() or [""])[0][:200]
-    return CheckpointError(
-        f"{path} could not be read as a weights-only checkpoint ({type(error).__name__}: {first}). "
-        "The file is damaged or is not a PonderNet checkpoint: download or train it again."
-    )
+def _read_weights(path: Path) -> tuple[dict, dict]:
+    """The hyperparameters in a model file's header, and its tensors. The file must be a regular file
+    (a FIFO or a device never blocks or fills the memory) no bigger than the largest model allowed;
+    safetensors checks that its header covers the file exactly before anything is read, and the
+    declared weights are counted before any is read."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        open_regular(path, MAX_WEIGHTS_BYTES).close()
+        with safe_open(str(path), "pt") as file:
+            metadata = file.metadata() or {}
+            values = sum(math.prod(file.get_slice(k).get_shape()) for k in file.keys())
+            if values > MAX_PARAMETERS:
+                raise CheckpointError(
+                    f"{path} declares {values:,} weights, more than {MAX_PARAMETERS:,} ({PARAMETERS_REASON}): "
+                    "it is not a model of this package's experiments."
+                )
+            if metadata.get("format") != FORMAT:
+                raise CheckpointError(
+                    f"{path} has format {metadata.get('format')!r}, this package reads {FORMAT!r}: it was not "
+                    "written by this version of pondernet_tutorial; train the run again with this one."
+                )
+            hparams = json.loads(metadata.get("hparams", "null"))
+            if not isinstance(hparams, dict):
+                raise CheckpointError(
+                    f"{path} is not a PonderNet model file: its hyperparameters are not a dictionary."
+                )
+            return hparams, {k: file.get_tensor(k) for k in file.keys()}
+    except (DamagedFileError, OSError) as error:
+        raise CheckpointError(
+            f"{path} is not a model file ({error.strerror or error}): give the {WEIGHTS} file of a run."
+        ) from None
+    except (SafetensorError, ValueError, RecursionError) as error:  # a JSONDecodeError is a ValueError
+        raise CheckpointError(
+            f"{path} is not a whole {WEIGHTS} file ({_one_line(error)}) A model.pt of an older version and a "
+            "Lightning .ckpt are PyTorch pickles, which this package never loads: download or train it again."
+        ) from None
 
 
 def _check_registered_only(hparams: dict, path: Path) -> None:
@@ -158,26 +189,26 @@ def _hparams_differences(saved: dict, expected: dict) -> str:
 
 
 def expected_hparams(config: TrainConfig) -> dict:
-    """The hyperparameters of the model that a configuration trains (as saved in its ``model.pt``)."""
+    """The hyperparameters of the model that a configuration trains (as saved in its model file)."""
     return _plain(dict(make_module(config).hparams))
 
 
 def load_model(
     path: str | os.PathLike, map_location="cpu", trust_code: bool = False, config: TrainConfig | None = None
 ) -> PonderLitModule:
-    """Load a checkpoint written by :func:`save_weights` (or a Lightning ``.ckpt``), in eval mode.
+    """Load a model file written by :func:`save_weights` (``model.safetensors``), in eval mode.
 
     Args:
-        trust_code: let the checkpoint name any step function or loss by import path, with any
-            options, as code to import and call. Only for files you trust.
-        config: the configuration that the caller asks for: the checkpoint's hyperparameters must be
-            that configuration's (a component it names by import path is then the caller's choice).
+        trust_code: let the file name any step function or loss by import path, with any options, as
+            code to import and call. Only for files you trust.
+        config: the configuration that the caller asks for: the file's hyperparameters must be that
+            configuration's (a component it names by import path is then the caller's choice).
 
-    A ``model.pt`` with a ``metadata.json`` beside it (a run folder) must hold the hyperparameters
-    that the metadata records.
+    A model file with a ``metadata.json`` beside it (a run folder) must hold the hyperparameters that
+    the metadata records.
 
     Raises:
-        CheckpointError: the file is missing, damaged, of another format, not a PonderNet checkpoint,
+        CheckpointError: the file is missing, damaged, of another format (a PyTorch pickle included),
             has hyperparameters this package does not know (named in the message), names a component
             that is not registered (without ``trust_code``), is not the model its folder records or
             the caller asks for, or its weights do not fit the model its hyperparameters describe.
@@ -186,36 +217,13 @@ def load_model(
     path = Path(path)
     if not os.path.lexists(path):
         raise CheckpointError(
-            f"no checkpoint at {path}; train one with `python -m pondernet_tutorial train`."
+            f"no model file at {path}; train one with `python -m pondernet_tutorial train`."
         )
-    try:  # a regular file of bounded size only: a FIFO or a device never blocks or fills the memory
-        file = open_regular(path, MAX_CHECKPOINT_BYTES)
-    except (DamagedFileError, OSError) as error:
-        raise CheckpointError(
-            f"{path} is not a checkpoint ({error.strerror or error}): give the model.pt file of a run."
-        ) from None
-    try:
-        with file:
-            blob = torch.load(file, map_location=map_location, weights_only=True)
-    except Exception as error:
-        raise _read_error(path, error) from None
-    if not isinstance(blob, dict) or "state_dict" not in blob:
-        raise CheckpointError(f"{path} is not a PonderNet checkpoint: it has no 'state_dict'.")
-    if "format" in blob and blob["format"] != FORMAT:
-        raise CheckpointError(
-            f"{path} has format {blob['format']!r}, this package reads {FORMAT!r}: it was written by "
-            "another version of pondernet_tutorial; train the run again with this one."
-        )
-    hparams = blob.get("hparams") or blob.get("hyper_parameters") or {}
-    if not isinstance(hparams, dict):
-        raise CheckpointError(
-            f"{path} is not a PonderNet checkpoint: its hyperparameters are not a dictionary."
-        )
-    hparams = dict(hparams)
+    hparams, state = _read_weights(path)
     unknown = sorted(set(hparams) - _accepted_hparams())
     if unknown:
         raise CheckpointError(f"{path} has hyperparameters this package does not know: {', '.join(unknown)}.")
-    if path.name == "model.pt" and (path.parent / "metadata.json").exists():  # a run folder
+    if (path.parent / "metadata.json").exists():  # a run folder
         metadata = read_json(path.parent / "metadata.json")
         if metadata is None:
             raise CheckpointError(f"the metadata.json beside {path} is damaged: train the run again.")
@@ -245,13 +253,13 @@ def load_model(
             f"{path} describes a model that does not fit in memory: {_one_line(error)}"
         ) from None
     try:
-        module.load_state_dict(blob["state_dict"])
+        module.load_state_dict(state)
     except RuntimeError as error:
         detail = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
         raise CheckpointError(
             f"the weights in {path} do not fit the model its hyperparameters describe: {detail[:400]}"
         ) from None
-    return module.eval()
+    return module.to(map_location).eval()
 
 
 def pretrained_config(experiment: str, method: str = "pondernet", seed: int = 0, **options) -> TrainConfig:
@@ -265,7 +273,7 @@ def available_pretrained(root: str | os.PathLike | None = None) -> list[dict]:
     """Every shipped run with weights: ``[{"experiment", "variant", "seed", "path"}, ...]``."""
     root = Path(root or PRETRAINED_DIR)
     runs = []
-    for model in sorted(root.glob("*/*/seed*/model.pt")):
+    for model in sorted(root.glob(f"*/*/seed*/{WEIGHTS}")):
         run = model.parent
         runs.append(
             {
@@ -291,11 +299,15 @@ def load_pretrained(
     ``load_pretrained("mnist-interpolation")`` is the reference PonderNet (seed 0);
     ``load_pretrained("parity-extrapolation", "act", seed=1, tau=0.01)`` an ACT run on parity. The
     ``options`` are :class:`TrainConfig` fields; they pick the run folder, and the run's recorded
-    configuration and its ``model.pt``'s own hyperparameters must equal them.
+    configuration and its model file's own hyperparameters must equal them.
     """
+    for name, owners in other_methods_options(method, options).items():
+        raise CheckpointError(
+            f"{name} is an option of {' and '.join(owners)}, not of {method}: pass method={owners[0]!r}."
+        )
     config = pretrained_config(experiment, method, seed, **options)
     folder = config.run_dir
-    if not (folder / "model.pt").is_file():
+    if not (folder / WEIGHTS).is_file():
         have = sorted({f"{r['experiment']}/{r['variant']}" for r in available_pretrained()})
         raise CheckpointError(
             f"no shipped model {experiment}/{config.variant} for seed {seed}; shipped: "
@@ -306,7 +318,7 @@ def load_pretrained(
         check_same_identity(metadata.get("identity", {}), config.identity(), f"the shipped run in {folder}")
     except ValueError as error:
         raise CheckpointError(str(error)) from error
-    return load_model(folder / "model.pt", map_location, trust_code=trust_code, config=config)
+    return load_model(folder / WEIGHTS, map_location, trust_code=trust_code, config=config)
 
 
 def _shipped_metadata(folder: Path) -> dict:

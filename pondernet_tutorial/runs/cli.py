@@ -16,7 +16,14 @@ from ..methods import METHOD_OPTIONS, METHODS
 from ..options import Option, at_least
 from ..registry import EXPERIMENTS, get_experiment
 from ..steps import STEPS
-from .config import FIELD_OPTIONS, PRETRAINED_DIR, TrainConfig, default_value
+from .config import (
+    FIELD_OPTIONS,
+    PRETRAINED_DIR,
+    WEIGHTS,
+    TrainConfig,
+    default_value,
+    other_methods_options,
+)
 from .config import option as declared_option
 
 # evaluate --pretrained names a shipped run by the options that name it in train (--tau, --lambda-p, ...)
@@ -29,6 +36,14 @@ RUN_OPTIONS = tuple(
 # The options that reproduce shares with every run it trains (declared with reproduce=True).
 REPRODUCE_OPTIONS = tuple(name for name, option in FIELD_OPTIONS.items() if option.reproduce)
 LIMIT = Option(int, help="evaluate on the first N test samples only", check=at_least(1), optional=True)
+
+
+# What each command can do about running out of memory, in its own options
+OUT_OF_MEMORY = {
+    "train": "choose smaller sizes (--batch-size, --step-option hidden_size=..., --max-steps)",
+    "evaluate": "evaluate fewer samples (--limit) or fewer rotated test sets (--angles, --uniform)",
+    "reproduce": "train fewer runs at once (--jobs)",
+}
 
 
 class UserError(Exception):
@@ -128,7 +143,7 @@ def _config_values(args, names) -> dict:
 def shipped_runs() -> dict[str, dict[str, list[int]]]:
     """The shipped runs with weights, without importing PyTorch: ``{experiment: {variant: [seeds]}}``."""
     runs: dict[str, dict[str, list[int]]] = {}
-    for model in sorted(PRETRAINED_DIR.glob("*/*/seed*/model.pt")):
+    for model in sorted(PRETRAINED_DIR.glob(f"*/*/seed*/{WEIGHTS}")):
         seed = model.parent.name.removeprefix("seed")
         if seed.isdigit():
             variants = runs.setdefault(model.parent.parent.parent.name, {})
@@ -161,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     src = p_eval.add_mutually_exclusive_group(required=True)
     src.add_argument(
-        "--checkpoint", help="a model.pt written by `train` (its metadata.json names the experiment)"
+        "--checkpoint", help="a model.safetensors written by `train` (its metadata.json names the experiment)"
     )
     src.add_argument(
         "--pretrained",
@@ -276,7 +291,7 @@ def _interrupted_line(args, error) -> str:
     """What an interrupted command kept, and what to rerun."""
     stop = str(error) if str(error).startswith("interrupted") else "interrupted"
     if args.command == "train":
-        kept = "the run's folder holds no finished model.pt (runs already finished are untouched)"
+        kept = "the run's folder holds no finished model.safetensors (runs already finished are untouched)"
         rerun = "rerun the same command: a parity or pointer run continues from its last epoch, MNIST starts again"
     elif args.command == "reproduce":
         kept = f"the runs finished so far are kept in {args.output_dir if not args.ship else 'pretrained/'}"
@@ -289,10 +304,11 @@ def _interrupted_line(args, error) -> str:
 def _user_errors():
     """The exception types that mean a mistake in the input (imported only when a command runs)."""
     from ..data.mnist import MNISTDamagedError, MNISTNotFoundError
+    from ..fit import TrainingDivergedError
     from .checkpoints import CheckpointError
     from .config import ConfigMismatchError
     from .files import DamagedFileError
-    from .training import MissingPackageError, TrainingDivergedError
+    from .training import MissingPackageError
 
     try:  # Lightning's error for a bad --accelerator, --devices or --strategy
         from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -336,8 +352,9 @@ def _run(args) -> int:
         config = _config(_config_values(args, [f.name for f in fields(TrainConfig)]))
         _checked(check_writable_folder, config.output_dir)
     elif args.command == "reproduce":
-        if args.jobs < 1:
-            raise UserError(f"--jobs must be >= 1, got {args.jobs}.")
+        from .processes import check_jobs
+
+        _checked(check_jobs, args.jobs)
         if args.ship and args.quick:
             raise UserError("quick runs are never shipped as pretrained results: drop --quick or --ship.")
         given = _config_values(args, REPRODUCE_OPTIONS)
@@ -382,8 +399,7 @@ def _run(args) -> int:
         ):
             raise
         raise UserError(
-            f"out of memory ({text[:200] or 'MemoryError'}): choose smaller sizes (--batch-size, "
-            "--step-option hidden_size=..., --max-steps)."
+            f"out of memory ({text[:200] or 'MemoryError'}): {OUT_OF_MEMORY[args.command]}."
         ) from None
     return 0
 
@@ -474,13 +490,11 @@ def _run_name(config: TrainConfig) -> str:
 def _pretrained_config(args, given: dict) -> TrainConfig:
     """The configuration of the shipped run that ``evaluate --pretrained`` names, refused in one line,
     before PyTorch is imported, when no such run is shipped."""
-    for name in given:
-        if name not in FIELD_OPTIONS and name not in METHOD_OPTIONS[args.method]:
-            owners = [m for m, declared in METHOD_OPTIONS.items() if name in declared]
-            raise UserError(
-                f"--{name.replace('_', '-')} is an option of {' and '.join(owners)}, not of {args.method}: "
-                f"add --method {owners[0]}."
-            )
+    for name, owners in other_methods_options(args.method, given).items():
+        raise UserError(
+            f"--{name.replace('_', '-')} is an option of {' and '.join(owners)}, not of {args.method}: "
+            f"add --method {owners[0]}."
+        )
     config = _config(
         {
             "experiment": args.pretrained,
@@ -526,7 +540,7 @@ def _list() -> int:
     for s in STUDIES.values():
         print(f"  {s.name}: {s.description}")
     shipped = sorted(
-        p.parent.parent.relative_to(PRETRAINED_DIR) for p in PRETRAINED_DIR.glob("*/*/seed*/model.pt")
+        p.parent.parent.relative_to(PRETRAINED_DIR) for p in PRETRAINED_DIR.glob(f"*/*/seed*/{WEIGHTS}")
     )
     print("shipped runs with weights:")
     for run in dict.fromkeys(shipped):

@@ -42,6 +42,7 @@ from ..registry import EXPERIMENTS, get_experiment
 from ..steps import STEP_OPTIONS, STEPS
 
 PRETRAINED_DIR = Path(__file__).parents[1] / "pretrained"  # the shipped runs
+WEIGHTS = "model.safetensors"  # a run's model file: its weights, and its hyperparameters in the header
 
 LR_SCHEDULES = ("plateau", "constant")
 LOGGERS = ("csv", "tensorboard", "wandb")
@@ -174,7 +175,10 @@ class TrainConfig:
         choices=tuple(METHODS),
     )
     seed: int = setting(
-        int, 0, "random seed of the run (weights, batches, rotations, dropout)", check=at_least(0)
+        int,
+        0,
+        "random seed of the run (weights, batches, rotations, dropout)",
+        check=in_range(0, 2**32 - 1, "the seeds of NumPy and Lightning are 32-bit"),
     )
     step: str | None = setting(
         str,
@@ -461,6 +465,18 @@ def check_same_identity(saved: dict, requested: dict, what: str) -> None:
 FIELD_OPTIONS: dict[str, Option] = {
     f.name: f.metadata["option"] for f in fields(TrainConfig) if "option" in f.metadata
 }
+
+
+def other_methods_options(method: str, names) -> dict[str, list[str]]:
+    """Those of ``names`` that only other halting methods take (``lambda_p`` for ``act``), each with the
+    methods that take it: a request that names them asks for a run that ``method`` cannot be."""
+    return {
+        name: owners
+        for name in names
+        if name not in FIELD_OPTIONS and name not in METHOD_OPTIONS.get(method, {})
+        for owners in [[m for m, declared in METHOD_OPTIONS.items() if name in declared]]
+        if owners
+    }
 
 
 def option(name: str, method: str | None = None) -> Option:

@@ -19,7 +19,7 @@ import torch
 
 from ..data.base import EvalSet
 from ..losses import per_sample_loss
-from .config import TrainConfig, identity_differences
+from .config import WEIGHTS, TrainConfig, identity_differences
 from .files import folder_lock, read_json, read_table, write_csv, write_json
 
 EVAL_FORMAT = "pondernet_tutorial/evaluation-v3"
@@ -221,12 +221,12 @@ def evaluate_run(
     ``per_class.csv``, ``per_sample.csv.gz`` and ``evaluation.json`` (what they depend on: the run's
     identity, the test-set limit, the seed and the sets), each whole, ``evaluation.json`` last. Existing
     tables are reused only when their ``evaluation.json`` equals the requested one. The model is
-    loaded from ``model.pt`` (unless given), which must be the configuration's.
+    loaded from ``model.safetensors`` (unless given), which must be the configuration's.
 
     Args:
         limit: only the first ``limit`` test samples of every set (of every ``k`` for parity).
         sweep: the data module's named set of test sets (MNIST: ``"full"``); default the experiment's.
-        module: the trained module, if already in memory (else ``model.pt`` is loaded).
+        module: the trained module, if already in memory (else ``model.safetensors`` is loaded).
     """
     from ..registry import get_experiment
     from .checkpoints import load_model
@@ -237,7 +237,7 @@ def evaluate_run(
         if not overwrite and tables_up_to_date(config, limit, seed, sweep):
             return load_run_tables(run_dir)
         datamodule, record = _datamodule_and_record(config, limit, seed, sweep)
-        module = module if module is not None else load_model(run_dir / "model.pt", config=config)
+        module = module if module is not None else load_model(run_dir / WEIGHTS, config=config)
         per_sample, per_step = evaluate(module, datamodule.evaluation_sets(), seed)
         tables = {
             "summary": summarize(per_sample, experiment.group_by),

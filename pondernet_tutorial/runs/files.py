@@ -1,16 +1,15 @@
 """Files written whole, and one process at a time per run folder.
 
-Every file that a run or a study writes (``metadata.json``, ``history.csv``, ``model.pt``, the
+Every file that a run or a study writes (``metadata.json``, ``history.csv``, ``model.safetensors``, the
 evaluation tables, the study tables) goes through :func:`atomic_file`: it is written to a temporary
 name in the same folder, flushed to the disk (``fsync``) and only then moved onto its name with
 ``os.replace``, which is atomic. A process killed or a disk that fills up in the middle of a write
 leaves the old file (or none), never a partial one; the temporary file is removed when the write
 fails, and one left by a killed process is removed by the next write of the same file.
 
-:func:`folder_lock` lets one process at a time train or evaluate into a run folder: a lock file
-``<folder>.lock`` beside the folder, created with ``O_CREAT | O_EXCL`` (so only one process can
-create it), holds the holder's process id, host name and start time. A lock whose holder is gone (on
-this host) is stale and is taken over. This module imports neither PyTorch nor pandas.
+:func:`folder_lock` lets one process at a time train or evaluate into a run folder: an operating-system
+lock (:mod:`filelock`) on the file ``<folder>.lock`` beside the folder, which the system releases when
+its process ends, however it ends. This module imports neither PyTorch nor pandas.
 """
 
 from __future__ import annotations
@@ -21,13 +20,13 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import stat
 import sys
-import time
 from pathlib import Path
 
-from .processes import is_rank_zero, pid_alive, process_start
+from filelock import FileLock, Timeout
+
+from .processes import is_rank_zero, pid_alive
 
 TEMP_SUFFIX = ".tmp"
 
@@ -303,164 +302,100 @@ def read_json(path: str | os.PathLike) -> dict | None:
 
 
 class FolderLockedError(FileExistsError):
-    """Another live process holds the folder's lock (``holder``: which one, in words)."""
-
-    def __init__(self, message: str, holder: str = "another process"):
-        super().__init__(message)
-        self.holder = holder
+    """Another process holds the folder's lock: one line."""
 
 
 def _lock_path(folder: Path) -> Path:
     return folder.with_name(folder.name + ".lock")
 
 
-def _read_holder(lock: Path) -> dict | None:
-    """The holder recorded in a lock file; ``{}`` while it is being written; ``None`` if it is gone."""
-    try:
-        info = os.lstat(lock)
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISREG(info.st_mode):  # a link (dangling or not), a folder, a FIFO: never retried at once
-        raise FolderLockedError(
-            f"the lock {lock} is damaged (not a regular file): remove it if no process uses this "
-            "folder, then run again."
-        )
-    try:
-        text = read_regular(lock, 2**16).decode("utf-8", "replace")
-        age = time.time() - info.st_mtime
-    except FileNotFoundError:
-        return None
-    except OSError as error:
-        raise FolderLockedError(f"the lock {lock} is damaged ({error}): remove it, then run again.") from None
-    try:
-        holder = json.loads(text)
-        if isinstance(holder, dict) and isinstance(holder.get("pid"), int):
-            return holder
-    except (ValueError, RecursionError):
-        pass
-    # empty or damaged: being written right now, or its writer died at once (stale after a minute)
-    return {} if age < 60 else {"pid": -1, "host": socket.gethostname(), "damaged": True}
-
-
-def _stale(holder: dict) -> bool:
-    if not holder:
-        return False
-    if holder.get("host") != socket.gethostname():
-        return False  # another machine's process: it cannot be checked from here
-    if holder["pid"] == os.getpid():
-        return True  # this process's own, not held now (held ones are in _HELD): a leftover
-    return not pid_alive(holder["pid"], holder.get("started"))
-
-
-def _describe(holder: dict) -> str:
-    if not holder:
-        return "another process"
-    return f"process {holder['pid']} on {holder.get('host', '?')}"
-
-
-def _try_create(lock: Path) -> bool:
-    try:
-        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return False
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": process_start(os.getpid())}
-    with open(fd, "w") as handle:
-        handle.write(json.dumps(me) + "\n")
-    return True
-
-
-def _break_stale(lock: Path, holder: dict) -> None:
-    """Remove a stale lock, unless another process replaced it meanwhile."""
-    aside = lock.with_name(f"{lock.name}.stale-{os.getpid()}-{secrets.token_hex(4)}")
-    try:
-        os.rename(lock, aside)  # atomic: of several processes breaking it, one moves it
-    except FileNotFoundError:
-        return
-    moved = _read_holder(aside)
-    if moved is not None and moved.get("pid") != holder.get("pid"):  # a fresh lock: put it back
-        with contextlib.suppress(OSError):
-            os.link(aside, lock)
-    else:
-        print(
-            f"warning: {lock} was left by {_describe(holder)}, which has ended: taking it over.",
-            file=sys.stderr,
-            flush=True,
-        )
-    with contextlib.suppress(OSError):
-        aside.unlink()
-
-
-def check_unlocked(folder: str | os.PathLike, doing: str = "working in it") -> None:
-    """Raise :class:`FolderLockedError` if another live process holds ``folder``'s lock; creates
-    nothing (a check before the arguments are checked and any folder is made)."""
-    folder = Path(folder)
-    lock = _lock_path(folder)
-    if not is_rank_zero() or lock.resolve() in _HELD:
-        return
-    holder = _read_holder(lock)
-    if holder is not None and not _stale(holder):
-        raise _locked_error(folder, lock, holder, doing)
-
-
-def _locked_error(folder: Path, lock: Path, holder: dict, doing: str) -> FolderLockedError:
-    return FolderLockedError(
-        f"{folder} is in use: {_describe(holder)} is {doing} (lock {lock.name}); wait for it to finish, "
-        f"or remove the lock if no such process runs.",
-        _describe(holder),
+def _damaged(lock: Path, why: str) -> DamagedFileError:
+    return DamagedFileError(
+        errno.EINVAL,
+        f"the lock {lock} is damaged ({why}): remove it if no process uses this folder, then run again.",
     )
 
 
-_HELD: dict[Path, int] = {}  # locks this process holds, with their depth (the lock is reentrant)
+def _check_lock_file(lock: Path) -> None:
+    """A lock file that is there must be a regular file: a link, a folder or a FIFO is damaged."""
+    try:
+        info = os.lstat(lock)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(info.st_mode):
+        raise _damaged(lock, "not a regular file")
+
+
+def _locked_error(folder: Path, lock: Path, doing: str) -> FolderLockedError:
+    return FolderLockedError(
+        f"{folder} is in use: another process is {doing} (lock {lock.name}); wait for it to finish, "
+        "or run again with waiting (reproduce waits)."
+    )
+
+
+_HELD: dict[Path, FileLock] = {}  # the locks this process holds (each is reentrant)
+
+
+def check_unlocked(folder: str | os.PathLike, doing: str = "working in it") -> None:
+    """Raise :class:`FolderLockedError` if another process holds ``folder``'s lock; creates nothing
+    (a check before the arguments are checked and any folder is made)."""
+    folder = Path(folder)
+    lock = _lock_path(folder)
+    if not is_rank_zero() or lock.absolute() in _HELD or not os.path.lexists(lock):
+        return
+    _check_lock_file(lock)
+    with folder_lock(folder, wait=False, doing=doing):
+        pass
 
 
 @contextlib.contextmanager
-def folder_lock(
-    folder: str | os.PathLike, wait: bool = True, doing: str = "working in it", poll: float = 0.5
-):
+def folder_lock(folder: str | os.PathLike, wait: bool = True, doing: str = "working in it"):
     """Hold ``<folder>.lock`` for the block: one process at a time in ``folder``.
+
+    The lock is the operating system's (``flock``, through :mod:`filelock`): it is released when the
+    block ends or when its process dies, however it dies, so a lock is never left stale. The empty lock
+    file stays beside the folder, as all processes must lock the same file. A lock file that is a
+    link, a folder or a FIFO is refused as damaged (never followed, never waited on).
 
     Args:
         wait: wait for another process's lock to be released (saying so in one line), or raise
             :class:`FolderLockedError` at once.
         doing: what the holder does, for the messages (``"training it"``).
 
-    The lock is reentrant within a process and is released when the block ends, whatever happens.
-    In a multi-process (DDP) run only rank 0 takes it: the other ranks join rank 0's training.
+    The lock is reentrant within a process. In a multi-process (DDP) run only rank 0 takes it: the
+    other ranks join rank 0's training.
     """
     folder = Path(folder)
     lock = _lock_path(folder)
-    key = lock.resolve()
+    key = lock.absolute()
     if not is_rank_zero():
         yield
         return
-    if key in _HELD:  # this process holds it already (run_one, then train)
-        _HELD[key] += 1
+    held = _HELD.get(key)
+    if held is None:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        _check_lock_file(lock)
+        held = FileLock(lock)
         try:
-            yield
-        finally:
-            _HELD[key] -= 1
-        return
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    told = False
-    while not _try_create(lock):
-        holder = _read_holder(lock)
-        if holder is None:  # released meanwhile
-            continue
-        if _stale(holder):
-            _break_stale(lock, holder)
-            continue
-        if not wait:
-            raise _locked_error(folder, lock, holder, doing)
-        if not told:
-            print(f"== waiting for {folder}: {_describe(holder)} is {doing}", file=sys.stderr, flush=True)
-            told = True
-        time.sleep(poll)
-    _HELD[key] = 1
+            try:
+                held.acquire(timeout=0)
+            except Timeout:
+                if not wait:
+                    raise _locked_error(folder, lock, doing) from None
+                print(f"== waiting for {folder}: another process is {doing}", file=sys.stderr, flush=True)
+                held.acquire()
+        except FolderLockedError:
+            raise
+        except OSError as error:  # a link put in its place meanwhile (O_NOFOLLOW), a folder, no permission
+            if is_write_refusal(error):
+                raise write_failed(error, lock, whole=False) from None
+            raise _damaged(lock, error.strerror or str(error)) from None
+        _HELD[key] = held
+    else:
+        held.acquire()
     try:
         yield
     finally:
-        del _HELD[key]
-        holder = _read_holder(lock)
-        if holder and holder.get("pid") == os.getpid():
-            with contextlib.suppress(FileNotFoundError):
-                lock.unlink()
+        held.release()
+        if not held.is_locked:
+            del _HELD[key]

@@ -54,17 +54,8 @@ def _watch(parent: int) -> None:
     os._exit(1)  # the parent has ended: nobody waits for this process's work
 
 
-def process_start(pid: int) -> str | None:
-    """The start time of a process (Linux: clock ticks since boot), to tell a reused process id apart."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22, counted after the command name
-
-
-def pid_alive(pid: int, started: str | None = None) -> bool:
-    """True if process ``pid`` runs on this host (and started at ``started``, when known)."""
+def pid_alive(pid: int) -> bool:
+    """True if process ``pid`` runs on this host."""
     if pid <= 0:
         return False
     try:
@@ -77,7 +68,7 @@ def pid_alive(pid: int, started: str | None = None) -> bool:
         fields = stat.rsplit(")", 1)[1].split()
         if fields[0] in ("Z", "X"):  # a zombie has ended; only its exit status remains
             return False
-        return started is None or fields[19] == started
+        return True
     try:  # no /proc (macOS, Windows): signal 0 checks that the process exists
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -185,3 +176,12 @@ def stop_on_signals():
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+def check_jobs(jobs: int) -> int:
+    """Runs trained at once: at least 1, at most the machine's cores (each run is a process of its own,
+    with its own copy of the data and the model: more processes than cores only queue for them)."""
+    cores = os.cpu_count() or 1
+    if not isinstance(jobs, int) or not 1 <= jobs <= cores:
+        raise ValueError(f"--jobs must lie in [1, {cores}] (the cores of this machine), got {jobs!r}.")
+    return jobs

@@ -11,7 +11,7 @@ the other is training, then waits for them), and a run killed half-way is traine
 
 Layout of a results folder (the shipped one is ``pondernet_tutorial/pretrained``)::
 
-    <experiment>/<variant>/seed<k>/   model.pt, history.csv, metadata.json, evaluation.json,
+    <experiment>/<variant>/seed<k>/   model.safetensors, history.csv, metadata.json, evaluation.json,
                                       summary.csv, per_step.csv, per_class.csv, per_sample.csv.gz
     studies/<study>/                  runs.csv, summary.csv, per_step.csv, per_class.csv, study.json
 """
@@ -30,9 +30,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..methods import METHOD_OPTIONS
-from .config import PRETRAINED_DIR, ConfigMismatchError, TrainConfig, check_not_shipped, identity_differences
+from .config import (
+    PRETRAINED_DIR,
+    WEIGHTS,
+    ConfigMismatchError,
+    TrainConfig,
+    check_not_shipped,
+    identity_differences,
+)
 from .files import folder_lock, read_json, read_table, write_csv, write_json
-from .processes import Interrupted, is_rank_zero, stop_on_signals
+from .processes import Interrupted, check_jobs, is_rank_zero, stop_on_signals
 
 if TYPE_CHECKING:  # pandas is imported where it is used: listing the studies stays light
     import pandas as pd
@@ -48,7 +55,7 @@ class Study:
         runs: one dictionary of :class:`TrainConfig` fields per configuration; ``"seeds"`` (default
             ``(0, 1, 2)``) gives its seeds.
         ship: what of each run the package ships: ``"tables"`` (evaluation tables and metadata),
-            ``"weights"`` (also ``model.pt``) or ``"all"`` (also the per-sample table).
+            ``"weights"`` (also ``model.safetensors``) or ``"all"`` (also the per-sample table).
     """
 
     name: str
@@ -245,7 +252,7 @@ def run_one(
 
     The run's folder is locked meanwhile (:func:`~pondernet_tutorial.runs.files.folder_lock`): if another
     process holds it, this one waits for it (``wait``), or returns at once with ``done="busy"``. A
-    damaged run (its metadata does not parse or its ``model.pt`` does not load) is trained again.
+    damaged run (its metadata does not parse or its ``model.safetensors`` does not load) is trained again.
     """
     import torch
 
@@ -278,8 +285,8 @@ def run_one(
                 return {"run_dir": str(run_dir), "seconds": 0.0, "done": "joined"}
             say(f"== evaluating {run_dir}", flush=True)
             evaluate_run(config, limit=limit, overwrite=True, module=module)
-    except FolderLockedError as error:
-        say(f"== later: {run_dir} ({error.holder} is training or evaluating it)", flush=True)
+    except FolderLockedError:
+        say(f"== later: {run_dir} (another process is training or evaluating it)", flush=True)
         return {"run_dir": str(run_dir), "seconds": 0.0, "done": "busy"}
     return {
         "run_dir": str(run_dir),
@@ -362,6 +369,7 @@ def reproduce(
         ship: write into the package's ``pretrained/`` folder and keep only what the study ships.
         common: :class:`TrainConfig` fields for every run (``accelerator``, ``data_dir``, ...).
     """
+    check_jobs(jobs)
     if ship and (quick or common.get("train_subset")):
         raise ValueError("quick runs (--quick or --train-subset) are never shipped as pretrained results.")
     if not ship:
@@ -506,7 +514,7 @@ def prune_for_shipping(studies, root: Path, plan: dict[str, list[TrainConfig]] |
             if keep < SHIP_LEVELS.index("all"):
                 (run_dir / "per_sample.csv.gz").unlink(missing_ok=True)
             if keep < SHIP_LEVELS.index("weights"):
-                (run_dir / "model.pt").unlink(missing_ok=True)
+                (run_dir / WEIGHTS).unlink(missing_ok=True)
 
 
 def load_study(name: str, root: str | Path | None = None) -> dict[str, pd.DataFrame]:

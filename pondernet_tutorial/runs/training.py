@@ -3,10 +3,10 @@
 ``train(TrainConfig(experiment="mnist-extrapolation", seed=0))`` trains the reference PonderNet on
 digits rotated within ±22.5°. The run folder (:attr:`TrainConfig.run_dir`) gets ``history.csv`` (one
 row per epoch), ``metadata.json`` (the configuration and its identity, stopping, timing, hardware,
-versions; no path of the machine) and, last, ``model.pt`` (weights only, the epoch with the best
+versions; no path of the machine) and, last, ``model.safetensors`` (weights only, the epoch with the best
 validation accuracy, picked by Lightning's ``ModelCheckpoint``). Each file is written whole, and one
 process at a time trains into a folder (:mod:`~pondernet_tutorial.runs.files`). A run counts as finished
-only when its metadata parses and its ``model.pt`` loads (:func:`completed_run`): one that failed or
+only when its metadata parses and its ``model.safetensors`` loads (:func:`completed_run`): one that failed or
 was killed is simply trained again.
 """
 
@@ -18,6 +18,7 @@ import os
 import platform
 import re
 import shutil
+import stat
 import statistics
 import sys
 import time
@@ -30,11 +31,15 @@ import pandas as pd
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from ..fit import fit, last_checkpoint
+from ..fit import (
+    CheckpointError,
+    fit,
+    read_checkpoint,
+)
 from ..lightning_module import ENGINE_VERSION, PonderLitModule
 from .build import make_datamodule, make_module, use_cuda_graph
 from .checkpoints import save_weights
-from .config import TrainConfig, check_same_identity
+from .config import WEIGHTS, TrainConfig, _plain, check_same_identity, identity_differences
 from .cuda_graph import GraphedPonderLitModule
 from .files import check_unlocked, folder_lock, read_json, write_csv, write_json
 from .processes import end_with_parent, is_rank_zero, mark_parent, stop_on_signals
@@ -51,13 +56,23 @@ class History(Callback):
     def __init__(self):
         self.rows: list[dict] = []
         self.restored = 0  # rows restored from a checkpoint (a resumed run)
+        self.started = False
 
     def state_dict(self) -> dict:
         return {"rows": [dict(row) for row in self.rows]}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.rows = [dict(row) for row in state_dict.get("rows", [])]
+        rows = state_dict.get("rows", [])
+        if not isinstance(rows, list) or not all(
+            isinstance(row, dict) and all(isinstance(v, (int, float, type(None))) for v in row.values())
+            for row in rows
+        ):
+            raise ValueError("its history is not a list of rows of numbers")
+        self.rows = [dict(row) for row in rows]
         self.restored = len(self.rows)
+
+    def on_train_start(self, trainer, pl_module):
+        self.started = True  # everything a resumed run restores has been restored
 
     def on_train_epoch_start(self, trainer, pl_module):
         self._start, self._trained = time.perf_counter(), None
@@ -82,31 +97,6 @@ class History(Callback):
             if name.startswith(("train/", "val/")):
                 row[name] = float(value)
         self.rows.append(row)
-
-
-class TrainingDivergedError(RuntimeError):
-    """The training loss or the weights became NaN or infinite: the run stops and saves no model."""
-
-
-class StopOnNonFinite(Callback):
-    """Stop a run whose training diverged, at the end of the epoch where it is first seen.
-
-    It reads what the epoch has already computed (the epoch's mean ``train/loss``) and tests the weights
-    in one reduction: one host synchronisation per epoch, none in the training step. The weights are
-    tested too because the mean loss can stay finite when a metric skips NaN values.
-    """
-
-    def on_train_epoch_end(self, trainer, pl_module):
-        loss = trainer.callback_metrics.get("train/loss")
-        finite_loss = loss is None or bool(torch.isfinite(loss).all())
-        weights = [p.detach().isfinite().all() for p in pl_module.parameters() if p.is_floating_point()]
-        finite_weights = not weights or bool(torch.stack(weights).all())
-        if not (finite_loss and finite_weights):
-            what = f"training loss {float(loss)}" if not finite_loss else "weights"
-            raise TrainingDivergedError(
-                f"training diverged in epoch {trainer.current_epoch + 1} (non-finite {what}); no model was "
-                f"saved: lower the learning rate (lr={pl_module.hparams.get('lr')}) or clip the gradients (--grad-clip)."
-            )
 
 
 def make_logger(config: TrainConfig, save_dir: Path):
@@ -177,17 +167,17 @@ def read_metadata(run_dir: Path) -> dict | None:
 
 
 def completed_run(run_dir: Path, config: TrainConfig | None = None, warn: bool = True) -> dict | None:
-    """The metadata of a finished run: its ``metadata.json`` parses and its ``model.pt`` loads (as the
+    """The metadata of a finished run: its ``metadata.json`` parses and its ``model.safetensors`` loads (as the
     model that the metadata records, and that ``config`` asks for). ``None`` for a run that is not
     there or not finished; a damaged one also gets a one-line warning (it will be trained again).
 
     Raises:
         ConfigMismatchError: the folder holds a run of another configuration than ``config``.
     """
-    from .checkpoints import CheckpointError, load_model
+    from .checkpoints import load_model
 
     run_dir = Path(run_dir)
-    if not (run_dir / "model.pt").exists():
+    if not (run_dir / WEIGHTS).exists():
         return None  # not trained, or killed before its weights were written: trained again
     metadata = read_metadata(run_dir)
     problem = None
@@ -197,7 +187,7 @@ def completed_run(run_dir: Path, config: TrainConfig | None = None, warn: bool =
         if config is not None:  # a run of another configuration is never replaced silently
             check_same_identity(metadata["identity"], config.identity(), f"the run in {run_dir}")
         try:
-            load_model(run_dir / "model.pt", config=config)
+            load_model(run_dir / WEIGHTS, config=config)
         except CheckpointError as error:
             problem = str(error)
     if problem is None:
@@ -272,10 +262,10 @@ def quiet_lightning():
 
 
 def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> tuple[PonderLitModule, dict]:
-    """Train one run and write ``history.csv``, ``metadata.json`` and ``model.pt`` to its folder.
+    """Train one run and write ``history.csv``, ``metadata.json`` and ``model.safetensors`` to its folder.
 
     Every argument is checked (configuration, logger, data module, module, trainer) before the folder
-    is made. A finished run (its metadata parses and its ``model.pt`` loads) is replaced only with
+    is made. A finished run (its metadata parses and its ``model.safetensors`` loads) is replaced only with
     ``overwrite``. An unfinished run of the same configuration on a generated task continues from its
     last epoch (:func:`resumable`), and ends as the same run trained in one go would; any other
     unfinished or damaged one is trained again (a damaged one with a warning). One
@@ -290,7 +280,7 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
 
     Raises:
         Interrupted: (a ``KeyboardInterrupt``) on Ctrl-C, SIGTERM or SIGHUP; the folder keeps no
-            ``model.pt``, and the next call trains the run again.
+            ``model.safetensors``, and the next call trains the run again.
     """
     with stop_on_signals(), quiet_lightning():  # a stop is a failure, never Lightning's exit status 0
         return _train(config, overwrite, wait)
@@ -305,38 +295,52 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[PonderLitM
     if not overwrite and is_rank_zero() and completed_run(run_dir, config) is not None:
         raise FileExistsError(f"{run_dir} already holds this trained run; pass overwrite=True (--overwrite).")
     check_logger_available(config.logger)
-    L.seed_everything(config.seed, workers=True, verbose=False)  # before the weights are drawn
-    datamodule = make_datamodule(config)
-    datamodule.prepare_data()  # the data is there (or downloaded) before anything is written
-    module = make_module(config, graphed=use_cuda_graph(config, check_trainer(config)))
-    history = History()
+
+    def prepare():  # the same draws every time: the seed first, then the data module and the weights
+        L.seed_everything(config.seed, workers=True, verbose=False)
+        datamodule = make_datamodule(config)
+        datamodule.prepare_data()  # the data is there (or downloaded) before anything is written
+        return datamodule, make_module(config, graphed=use_cuda_graph(config, check_trainer(config)))
+
+    datamodule, module = prepare()
     with folder_lock(run_dir, wait=wait, doing="training it"):  # one process at a time per run folder
         # every rank of a DDP run decides alike: they all read the same last checkpoint, or none
-        resume = not overwrite and resumable(run_dir, config, datamodule)
+        resume = not overwrite and resumable(run_dir, config, datamodule, module)
         if is_rank_zero():  # the other ranks of a DDP run join rank 0's training and write nothing
             if not overwrite and completed_run(run_dir, config, warn=False) is not None:
                 raise FileExistsError(
                     f"{run_dir} was trained meanwhile by another process; pass --overwrite."
                 )
-            if run_dir.exists() and not resume:  # an unfinished or damaged run, or one to overwrite
-                shutil.rmtree(run_dir)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            write_json(run_dir / RESUME_FILE, {"identity": config.identity()})
-            mark_parent()  # the ranks that fit() starts end with this process
         start = time.perf_counter()
-        trainer, best_epoch = fit(
-            module,
-            datamodule,
-            config.epochs,
-            select_by=config.select_by,
-            patience=config.early_stopping_patience,
-            stop_at_val_acc=config.stop_at_val_acc or None,
-            checkpoint_dir=run_dir / "checkpoints",
-            resume=resume,
-            callbacks=[history, StopOnNonFinite()],
-            logger=make_logger(config, run_dir / "logs"),
-            **trainer_options(config),
-        )
+        while True:
+            if is_rank_zero():
+                if run_dir.exists() and not resume:  # an unfinished or damaged run, or one to overwrite
+                    shutil.rmtree(run_dir)  # never follows a link inside it
+                run_dir.mkdir(parents=True, exist_ok=True)
+                write_json(run_dir / RESUME_FILE, {"identity": config.identity()})
+                mark_parent()  # the ranks that fit() starts end with this process
+            history = History()
+            try:
+                trainer, best_epoch = fit(
+                    module,
+                    datamodule,
+                    config.epochs,
+                    select_by=config.select_by,
+                    patience=config.early_stopping_patience,
+                    stop_at_val_acc=config.stop_at_val_acc or None,
+                    checkpoint_dir=run_dir / "checkpoints",
+                    resume=resume,
+                    callbacks=[history],
+                    logger=make_logger(config, run_dir / "logs"),
+                    **trainer_options(config),
+                )
+                break
+            except Exception as error:  # restoring the unfinished run failed: trained again, from scratch
+                if not resume or history.started:
+                    raise
+                cannot_continue(run_dir, error)
+                resume = False
+                datamodule, module = prepare()
         wall = time.perf_counter() - start
         if not trainer.is_global_zero:
             return module, None
@@ -374,24 +378,118 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[PonderLitM
         write_json(run_dir / "metadata.json", metadata)
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
         (run_dir / RESUME_FILE).unlink(missing_ok=True)
-        save_weights(module, run_dir / "model.pt")  # last: a run with model.pt is complete
+        save_weights(module, run_dir / WEIGHTS)  # last: a run with its model file is complete
         return module, metadata
 
 
-RESUME_FILE = "resume.json"  # the identity of the run being trained in a folder, until model.pt is written
+RESUME_FILE = (
+    "resume.json"  # the identity of the run being trained in a folder, until its model file is written
+)
+# what an unfinished run's folder holds: Lightning's checkpoints (checked one by one) and logs, its
+# resume.json, and the temporary files of whole writes
+UNFINISHED = {"checkpoints", "logs", RESUME_FILE}
+CHECKPOINT_NAME = re.compile(r"(best|last)(-v\d+)?\.ckpt")
+MAX_ENTRIES = 10_000  # files in an unfinished run's folder: a few checkpoints and log files
 
 
-def resumable(run_dir: Path, config: TrainConfig, datamodule) -> bool:
+def cannot_continue(run_dir: Path, reason) -> None:
+    """Say in one line why an unfinished run is trained again; its folder is removed when training
+    starts again (its last.ckpt and resume.json with it)."""
+    if is_rank_zero():
+        text = " ".join(str(reason).split())[:300] or type(reason).__name__
+        print(
+            f"warning: the unfinished run in {run_dir} cannot be continued ({text}): trained again",
+            file=sys.stderr,
+        )
+
+
+def _check_unfinished_folder(run_dir: Path) -> None:
+    """Raise ``CheckpointError`` unless every entry of the folder is one that a run writes: no link
+    anywhere (``logs`` or ``checkpoints`` pointing elsewhere would make Lightning write or delete there),
+    no FIFO or device, and only Lightning's own checkpoint files in ``checkpoints/``."""
+    entries = 0
+    for folder, names, files in os.walk(run_dir):  # os.walk never follows links
+        here = Path(folder)
+        for name in [*names, *files]:
+            entries += 1
+            path = here / name
+            info = os.lstat(path)
+            relative = path.relative_to(run_dir)
+            if stat.S_ISLNK(info.st_mode):
+                raise CheckpointError(f"{relative} is a symbolic link")
+            if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+                raise CheckpointError(f"{relative} is not a regular file")
+            top = relative.parts[0]
+            if top not in UNFINISHED and not (name.startswith(".") and name.endswith(".tmp")):
+                raise CheckpointError(f"{relative} is not a file of an unfinished run")
+            if (
+                top == "checkpoints"
+                and len(relative.parts) > 1
+                and not (
+                    len(relative.parts) == 2
+                    and CHECKPOINT_NAME.fullmatch(name)
+                    and stat.S_ISREG(info.st_mode)
+                )
+            ):
+                raise CheckpointError(f"{relative} is not a checkpoint of the run")
+        if entries > MAX_ENTRIES:
+            raise CheckpointError(f"it holds more than {MAX_ENTRIES:,} files")
+
+
+def _check_last_checkpoint(run_dir: Path, config: TrainConfig, datamodule, module) -> None:
+    """Raise ``CheckpointError`` unless ``last.ckpt`` is this very run's: read with
+    :func:`~pondernet_tutorial.fit.read_checkpoint` (a regular file in the run's own checkpoints folder,
+    bounded, weights-only), with the hyperparameters of the module and of the data module that this
+    configuration builds, and optimizer states of the module's shapes. These are what Lightning would
+    restore without a word; what fails in its restore (weights of other shapes, a damaged generator
+    state or history) is one line in :func:`train`, which then trains the run again."""
+    checkpoint = read_checkpoint(run_dir / "checkpoints" / "last.ckpt", run_dir / "checkpoints")
+    for what, saved, expected in (
+        ("model", checkpoint.get("hyper_parameters"), module.hparams),
+        ("data", checkpoint.get("datamodule_hyper_parameters"), datamodule.hparams),
+    ):
+        if not isinstance(saved, dict) or _plain(dict(saved)) != _plain(dict(expected)):
+            differences = "; ".join(identity_differences(dict(saved or {}), dict(expected)))
+            raise CheckpointError(f"its {what} hyperparameters are not this configuration's: {differences}")
+    parameters = [tuple(p.shape) for p in module.parameters()]
+    for optimizer in checkpoint.get("optimizer_states") or []:  # Lightning restores them unchecked
+        state = optimizer.get("state", {}) if isinstance(optimizer, dict) else None
+        if not isinstance(state, dict) or not all(
+            isinstance(i, int)
+            and 0 <= i < len(parameters)
+            and isinstance(values, dict)
+            and all(
+                v.dim() == 0 or tuple(v.shape) == parameters[i] for v in values.values() if torch.is_tensor(v)
+            )
+            for i, values in state.items()
+        ):
+            raise CheckpointError("its optimizer state is not of this model's shapes")
+
+
+def resumable(run_dir: Path, config: TrainConfig, datamodule, module) -> bool:
     """Whether ``run_dir`` holds an unfinished run of this very configuration that can continue from its
-    last epoch: its ``resume.json`` names this configuration, its ``checkpoints/last.ckpt`` is a regular
-    file, and the data module keeps the state of its training batches (the generated tasks; MNIST's
-    shuffled order is not kept, so an MNIST run is trained again)."""
+    last epoch: its ``resume.json`` names this configuration, the data module keeps the state of its
+    training batches (the generated tasks; MNIST's shuffled order is not kept, so an MNIST run is
+    trained again), its folder holds only what a run writes, and its ``checkpoints/last.ckpt`` is this
+    run's (:func:`_check_last_checkpoint`). A run that fails a check is trained again, in one line that
+    says why. What is resumed holds no path: the best epoch's checkpoint is found by its name in the
+    run's own folder (:class:`~pondernet_tutorial.fit.RunCheckpoint`)."""
     if type(datamodule).state_dict is L.LightningDataModule.state_dict:
         return False
-    if last_checkpoint(run_dir / "checkpoints") is None or (run_dir / "model.pt").exists():
+    if not (run_dir / RESUME_FILE).exists() or (run_dir / WEIGHTS).exists() or run_dir.is_symlink():
         return False
     recorded = read_json(run_dir / RESUME_FILE)
-    return recorded is not None and recorded.get("identity") == config.identity()
+    if recorded is None or recorded.get("identity") != _plain(config.identity()):
+        return False
+    if not os.path.lexists(run_dir / "checkpoints" / "last.ckpt"):  # a link too: refused below, in one line
+        return False
+    try:
+        _check_unfinished_folder(run_dir)
+        _check_last_checkpoint(run_dir, config, datamodule, module)
+    except (CheckpointError, OSError) as error:
+        cannot_continue(run_dir, error)
+        return False
+    return True
 
 
 def check_inside(run_dir: Path, output_dir) -> None:

@@ -31,6 +31,7 @@ from pondernet_tutorial import PonderLitModule
 from pondernet_tutorial.methods.act import ACT, ACTHalting
 from pondernet_tutorial.methods.base import halting_steps, unroll
 from pondernet_tutorial.methods.pondernet import BernoulliHalting, ThresholdHalting
+from pondernet_tutorial.runs.config import WEIGHTS
 from pondernet_tutorial.steps.base import StepFunction
 
 METHODS = {  # name: (method, options)
@@ -239,7 +240,7 @@ def test_a_compiled_run_trains(tmp_path):
     )
     _, metadata = train(config)
     assert metadata["compiled"] is True and metadata["engine"] == 2 and metadata["cuda_graph"] is False
-    assert (config.run_dir / "model.pt").is_file()
+    assert (config.run_dir / WEIGHTS).is_file()
 
 
 def test_mnist_step_computes_the_mlp_of_the_embedding_and_the_state():

@@ -8,6 +8,7 @@ Deliberate breaks these tests catch (each was tried):
 """
 
 import functools
+import json
 import pickle
 
 import lightning as L
@@ -134,13 +135,27 @@ def test_module_pickles_for_ddp_spawn():
     pickle.dumps(module())  # the default loss too
 
 
+def read_weights(path):
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as file:
+        return file.metadata(), {k: file.get_tensor(k) for k in file.keys()}
+
+
+def write_weights(path, header, state):
+    from safetensors.torch import save_file
+
+    save_file(state, str(path), metadata=header)
+    return path
+
+
 def test_weights_only_checkpoint_roundtrip(tmp_path):
     m = module(
         "act", method_options={"tau": 0.01}, loss_fn=functools.partial(weighted_cross_entropy, weight=2.0)
     ).eval()
-    path = save_weights(m, tmp_path / "model.pt")
-    blob = torch.load(path, weights_only=True)  # plain data only: loads without unpickling code
-    assert blob["format"] == FORMAT
+    path = save_weights(m, tmp_path / "model.safetensors")
+    header, _ = read_weights(path)  # tensors and JSON text only: nothing to unpickle
+    assert header["format"] == FORMAT
     with pytest.raises(CheckpointError, match="weighted_cross_entropy.* is not registered"):
         load_model(path)  # the loss is this test module's: a file may name registered components only
     loaded = load_model(path, trust_code=True)
@@ -152,40 +167,37 @@ def test_weights_only_checkpoint_roundtrip(tmp_path):
 
 
 def test_checkpoint_errors(tmp_path):
-    with pytest.raises(CheckpointError, match="no checkpoint"):
-        load_model(tmp_path / "missing.pt")
-    good = save_weights(module(max_steps=3), tmp_path / "good.pt")
-    damaged = tmp_path / "damaged.pt"
-    damaged.write_bytes(good.read_bytes()[:1000])
-    with pytest.raises(CheckpointError, match="damaged"):
+    with pytest.raises(CheckpointError, match="no model file"):
+        load_model(tmp_path / "missing.safetensors")
+    good = save_weights(module(max_steps=3), tmp_path / "good.safetensors")
+    damaged = tmp_path / "damaged.safetensors"
+    damaged.write_bytes(good.read_bytes()[:-100])
+    with pytest.raises(CheckpointError, match="not a whole model.safetensors file"):
         load_model(damaged)
-    blob = torch.load(good, weights_only=True)
-    blob["hparams"]["step_options"]["hidden_size"] = 8  # weights no longer fit
-    torch.save(blob, tmp_path / "mismatch.pt")
+    header, state = read_weights(good)
+    hparams = json.loads(header["hparams"])
+    hparams["step_options"]["hidden_size"] = 8  # weights no longer fit
+    write_weights(tmp_path / "mismatch.safetensors", {**header, "hparams": json.dumps(hparams)}, state)
     with pytest.raises(CheckpointError, match="do not fit"):
-        load_model(tmp_path / "mismatch.pt")
-    blob = torch.load(good, weights_only=True)
-    blob["hparams"]["dropout_rate"] = 0.3
-    blob["hparams"]["colour"] = "red"
-    torch.save(blob, tmp_path / "unknown.pt")
+        load_model(tmp_path / "mismatch.safetensors")
+    hparams = {**json.loads(header["hparams"]), "dropout_rate": 0.3, "colour": "red"}
+    write_weights(tmp_path / "unknown.safetensors", {**header, "hparams": json.dumps(hparams)}, state)
     with pytest.raises(CheckpointError, match="does not know: colour, dropout_rate"):
-        load_model(tmp_path / "unknown.pt")
-    blob = torch.load(good, weights_only=True)
-    blob["format"] = "pondernet_tutorial/weights-v1"
-    torch.save(blob, tmp_path / "old.pt")
+        load_model(tmp_path / "unknown.safetensors")
+    write_weights(tmp_path / "old.safetensors", {**header, "format": "pondernet_tutorial/weights-v1"}, state)
     with pytest.raises(CheckpointError, match="weights-v1"):
-        load_model(tmp_path / "old.pt")
-    torch.save({"weights": 1}, tmp_path / "other.pt")
-    with pytest.raises(CheckpointError, match="not a PonderNet checkpoint"):
-        load_model(tmp_path / "other.pt")
+        load_model(tmp_path / "old.safetensors")
+    write_weights(tmp_path / "other.safetensors", {"format": FORMAT}, {"weights": torch.ones(1)})
+    with pytest.raises(CheckpointError, match="not a PonderNet model file"):
+        load_model(tmp_path / "other.safetensors")
 
 
-def test_lightning_ckpt_loads_weights_only(tmp_path):
+def test_a_lightning_ckpt_is_refused_as_a_pickle(tmp_path):
+    """A Lightning .ckpt is a pickle: load_model reads safetensors only, so no file given to it is ever
+    unpickled (fit reads its own checkpoints through fit.read_checkpoint)."""
     m = module(max_steps=4)
     t = trainer(limit_train_batches=1, limit_val_batches=1)
     t.fit(m, loader(), loader())
     t.save_checkpoint(tmp_path / "run.ckpt")
-    loaded = load_model(tmp_path / "run.ckpt")
-    assert loaded.hparams.method_options["max_steps"] == 4
-    for a, b in zip(m.state_dict().values(), loaded.state_dict().values()):
-        assert torch.equal(a, b)
+    with pytest.raises(CheckpointError, match="PyTorch pickle"):
+        load_model(tmp_path / "run.ckpt")

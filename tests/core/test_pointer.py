@@ -19,7 +19,7 @@ from torch import nn
 from pondernet_tutorial.data.modules import PointerDataModule
 from pondernet_tutorial.data.pointer import END_PROB, pointer_batch
 from pondernet_tutorial.methods.pondernet import PonderNet
-from pondernet_tutorial.runs.config import TrainConfig
+from pondernet_tutorial.runs.config import WEIGHTS, TrainConfig
 from pondernet_tutorial.runs.evaluation import evaluate_run
 from pondernet_tutorial.runs.training import train
 from pondernet_tutorial.steps import step_class
@@ -189,7 +189,7 @@ def test_a_tiny_run_trains_and_is_evaluated_by_difficulty(tmp_path):
         compile=False,
     )
     module, metadata = train(config)
-    assert metadata["epochs_run"] == 1 and (config.run_dir / "model.pt").is_file()
+    assert metadata["epochs_run"] == 1 and (config.run_dir / WEIGHTS).is_file()
     tables = evaluate_run(config, limit=3, module=module)
     summary = tables["summary"]
     assert list(summary.columns[:2]) == ["set", "k"]

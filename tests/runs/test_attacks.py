@@ -16,7 +16,7 @@ from test_faults import TINY_ARGS, gadget_checkpoint, leftovers, tiny
 
 from pondernet_tutorial.runs import checkpoints, cli, studies, training
 from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model
-from pondernet_tutorial.runs.config import PRETRAINED_DIR
+from pondernet_tutorial.runs.config import PRETRAINED_DIR, WEIGHTS
 from pondernet_tutorial.runs.processes import Interrupted
 from pondernet_tutorial.runs.studies import reproduce
 from pondernet_tutorial.runs.training import train
@@ -54,7 +54,7 @@ def test_a_signal_during_train_raises_keyboard_interrupt_and_keeps_no_model(tmp_
     with pytest.raises(KeyboardInterrupt) as caught:  # never SystemExit: a caller's except sees it
         train(config)
     assert isinstance(caught.value, Interrupted) and caught.value.exit_code == 128 + signum
-    assert not (config.run_dir / "model.pt").exists()
+    assert not (config.run_dir / WEIGHTS).exists()
     assert leftovers(tmp_path) == []  # the lock is released
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the caller's handlers come back
 
@@ -68,7 +68,7 @@ def test_a_signal_during_the_train_command_exits_128_plus_it_in_one_line(
     assert code == 128 + signum
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(f"error: interrupted by {signum.name}") and "rerun" in err[-1]
-    assert not list(tmp_path.rglob("model.pt"))
+    assert not list(tmp_path.rglob(WEIGHTS))
 
 
 def test_sigterm_during_reproduce_exits_143_and_the_rerun_finishes(tmp_path, monkeypatch, capsys, tiny_study):
@@ -178,7 +178,7 @@ def no_allocation(monkeypatch):
 def test_a_checkpoint_with_a_huge_size_is_refused_before_anything_is_allocated(
     tmp_path, monkeypatch, hparams, trust_code
 ):
-    path = gadget_checkpoint(tmp_path / "model.pt", **hparams)
+    path = gadget_checkpoint(tmp_path / WEIGHTS, **hparams)
     no_allocation(monkeypatch)
     with pytest.raises(CheckpointError) as caught:
         load_model(path, trust_code=trust_code)
@@ -192,13 +192,13 @@ def test_a_model_with_too_many_weights_is_refused_even_within_each_maximum(tmp_p
 
     monkeypatch.setattr(options, "MAX_PARAMETERS", 1000)
     monkeypatch.setattr(checkpoints, "MAX_PARAMETERS", 1000)
-    path = gadget_checkpoint(tmp_path / "model.pt", step="pondernet_tutorial.steps.parity:ParityStep")
+    path = gadget_checkpoint(tmp_path / WEIGHTS, step="pondernet_tutorial.steps.parity:ParityStep")
     with pytest.raises(CheckpointError, match="weights"):
         load_model(path, trust_code=True)
 
 
 def test_an_allocator_error_while_building_is_one_line(tmp_path, monkeypatch):
-    path = gadget_checkpoint(tmp_path / "model.pt")
+    path = gadget_checkpoint(tmp_path / WEIGHTS)
 
     def refuse(*args, **kwargs):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: not enough memory")
@@ -255,7 +255,7 @@ def test_out_of_memory_while_training_is_one_line(tmp_path, monkeypatch, capsys)
 def test_a_lock_that_cannot_be_read_is_damaged_in_one_line_without_spinning(tmp_path, how):
     import threading
 
-    from pondernet_tutorial.runs.files import FolderLockedError, folder_lock
+    from pondernet_tutorial.runs.files import DamagedFileError, folder_lock
 
     folder = tmp_path / "seed0"
     lock = tmp_path / "seed0.lock"
@@ -273,7 +273,7 @@ def test_a_lock_that_cannot_be_read_is_damaged_in_one_line_without_spinning(tmp_
         try:
             with folder_lock(folder, wait=True, doing="training it"):
                 outcome.append("taken")
-        except FolderLockedError as error:
+        except DamagedFileError as error:
             outcome.append(str(error))
 
     thread = threading.Thread(target=take, daemon=True)
@@ -306,8 +306,8 @@ def test_metadata_that_is_not_a_small_regular_json_file_is_damaged_at_once(tmp_p
     thread.start()
     thread.join(5)
     assert result == [None]
-    (tmp_path / "model.pt").write_bytes(b"")
-    assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "model.pt")]) == 2
+    (tmp_path / WEIGHTS).write_bytes(b"")
+    assert cli.main(["evaluate", "--checkpoint", str(tmp_path / WEIGHTS)]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
@@ -324,7 +324,7 @@ def test_a_run_folder_that_is_a_symlink_outside_is_refused_and_nothing_outside_i
     config.run_dir.symlink_to(outside)
     with pytest.raises(FileExistsError, match="symbolic link"):
         train(config)
-    assert (outside / "keep").read_text() == "mine" and not (outside / "model.pt").exists()
+    assert (outside / "keep").read_text() == "mine" and not (outside / WEIGHTS).exists()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -371,14 +371,14 @@ def test_training_with_an_escaping_option_writes_only_inside_the_output_folder(t
     assert cli.main([*argv, "--step-option", "name=../../../../escaped"]) == 0
     outside = [p for p in tmp_path.rglob("*") if not p.is_relative_to(root) and not root.is_relative_to(p)]
     assert outside == []
-    assert len(list(root.rglob("model.pt"))) == 1
+    assert len(list(root.rglob(WEIGHTS))) == 1
 
 
 def test_every_shipped_run_keeps_its_folder_name():
     """Every shipped run's name is already safe, so safe_name leaves it as it is."""
     from pondernet_tutorial.runs.config import safe_name
 
-    shipped = [p.parent.parent.name for p in PRETRAINED_DIR.glob("*/*/seed*/model.pt")]
+    shipped = [p.parent.parent.name for p in PRETRAINED_DIR.glob(f"*/*/seed*/{WEIGHTS}")]
     assert len(shipped) > 100 and all(safe_name(n) == n for n in shipped)
 
 
@@ -442,7 +442,7 @@ def test_a_full_disk_or_no_permission_during_train_is_one_error_line(
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: could not write ") and "MiB free" in last and str(tmp_path) in last
-    assert not list(tmp_path.rglob("model.pt")) and not [p for p in tmp_path.rglob("*") if p.suffix == ".tmp"]
+    assert not list(tmp_path.rglob(WEIGHTS)) and not [p for p in tmp_path.rglob("*") if p.suffix == ".tmp"]
     assert leftovers(tmp_path) == []
 
 
@@ -482,7 +482,7 @@ def finishes_within(seconds, function, *args):
 
 @pytest.mark.parametrize("how", ["fifo", "devzero", "folder"])
 def test_a_checkpoint_that_is_not_a_regular_file_is_one_line_at_once(tmp_path, how, capsys):
-    path = tmp_path / "model.pt"
+    path = tmp_path / WEIGHTS
     make_unreadable(path, how)
     error = finishes_within(10, load_model, path)
     assert isinstance(error, CheckpointError) and "\n" not in str(error) and "regular file" in str(error)
@@ -557,7 +557,7 @@ def test_evaluate_pretrained_names_the_run_by_its_options_and_ends_with_a_summar
     last = captured.out.strip().splitlines()[-1]
     run = "parity-interpolation/act-tau=0.01-halting_bias=-3"
     assert run in captured.err  # which run it evaluates, before the work
-    assert (PRETRAINED_DIR / run / "seed1" / "model.pt").is_file()
+    assert (PRETRAINED_DIR / run / "seed1" / WEIGHTS).is_file()
     per_sample = pd.read_csv(out)
     accuracy = (per_sample["prediction"] == per_sample["label"]).mean()
     assert last.startswith(
@@ -568,7 +568,7 @@ def test_evaluate_pretrained_names_the_run_by_its_options_and_ends_with_a_summar
 def test_pretrained_offers_only_the_experiments_with_shipped_runs(capsys, monkeypatch):
     from pondernet_tutorial.registry import EXPERIMENTS
 
-    shipped = {p.parts[-4] for p in PRETRAINED_DIR.glob("*/*/seed*/model.pt")}
+    shipped = {p.parts[-4] for p in PRETRAINED_DIR.glob(f"*/*/seed*/{WEIGHTS}")}
     unshipped = sorted(set(EXPERIMENTS) - shipped)
     assert unshipped  # parity-paper32-interpolation, for one
     evaluate = cli.build_parser()._subparsers._group_actions[0].choices["evaluate"]

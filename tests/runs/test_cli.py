@@ -9,7 +9,7 @@ from dataclasses import fields
 import pytest
 
 from pondernet_tutorial.runs.cli import build_parser, main
-from pondernet_tutorial.runs.config import PRETRAINED_DIR, TrainConfig
+from pondernet_tutorial.runs.config import PRETRAINED_DIR, WEIGHTS, TrainConfig
 
 
 def test_help_explains_every_option(capsys):
@@ -61,15 +61,15 @@ def test_a_user_error_exits_with_status_2_and_one_line():
         (["train", "--lambda-p", "1.5"], "lambda_p must lie strictly between 0 and 1"),
         (["train", "--step-option", "hidden_size"], "KEY=VALUE"),
         (
-            ["evaluate", "--checkpoint", "nowhere/model.pt", "--experiment", "mnist-interpolation"],
-            "no checkpoint at",
+            ["evaluate", "--checkpoint", "nowhere/model.safetensors", "--experiment", "mnist-interpolation"],
+            "no model file at",
         ),
-        (["evaluate", "--checkpoint", "nowhere/model.pt"], "--experiment"),
+        (["evaluate", "--checkpoint", "nowhere/model.safetensors"], "--experiment"),
         (
             ["evaluate", "--pretrained", "parity-interpolation", "--method", "fixed", "--seed", "99"],
             "no shipped model",
         ),
-        (["reproduce", "--jobs", "0"], "--jobs must be >= 1"),
+        (["reproduce", "--jobs", "0"], "--jobs must lie in"),
         (["reproduce", "--ship", "--quick"], "never shipped"),
     ],
 )
@@ -219,14 +219,14 @@ def _mistakes(tmp):
             [
                 "evaluate",
                 "--checkpoint",
-                str(SHIPPED_PARITY / "model.pt"),
+                str(SHIPPED_PARITY / WEIGHTS),
                 "--experiment",
                 "mnist-interpolation",
             ],
             "is a run of parity-interpolation, another task than mnist-interpolation's",
         ),
         (  # without its metadata.json: the model itself tells its task
-            ["evaluate", "--checkpoint", f"{tmp}/alone/model.pt", "--experiment", "mnist-interpolation"],
+            ["evaluate", "--checkpoint", f"{tmp}/alone/{WEIGHTS}", "--experiment", "mnist-interpolation"],
             "predicts 2 classes but mnist-interpolation has 10",
         ),
     ]
@@ -238,7 +238,7 @@ def test_mistakes_are_one_line_errors_before_anything_is_made(case, tmp_path, no
     trained or evaluated. Breaks tried: each check removed in turn (see the report)."""
     (tmp_path / "a-file").write_text("")
     (tmp_path / "alone").mkdir()
-    shutil.copy(SHIPPED_PARITY / "model.pt", tmp_path / "alone" / "model.pt")
+    shutil.copy(SHIPPED_PARITY / WEIGHTS, tmp_path / "alone" / WEIGHTS)
     args, message = _mistakes(tmp_path)[case]
     assert _main(args) == 2, args
     lines = capsys.readouterr().err.strip().splitlines()
@@ -268,7 +268,7 @@ def test_more_cpu_devices_than_cores_start_no_process(nothing_runs, capsys):
 @pytest.mark.parametrize("divergence", ["infinite loss", "nan weights"])
 def test_a_run_that_diverges_stops_with_an_error_and_no_model(divergence, tmp_path, monkeypatch, capsys):
     """A non-finite training loss (or weights) ends the run at the end of the epoch with a one-line
-    error, and neither model.pt nor metadata.json is written. Breaks tried: the callback left out of
+    error, and neither the model file nor metadata.json is written. Breaks tried: the callback left out of
     train(); its loss test removed (the infinite loss, with finite gradients, then trains on). NaN
     weights make the next losses NaN, which the epoch's mean keeps, so the loss test stops both cases;
     the weights' own test has a test of its own (test_faults.py)."""
@@ -302,7 +302,7 @@ def test_a_run_that_diverges_stops_with_an_error_and_no_model(divergence, tmp_pa
     assert main(args) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-1].startswith("error: training diverged in epoch 1"), lines
-    assert not list(tmp_path.rglob("model.pt")) and not list(tmp_path.rglob("metadata.json"))
+    assert not list(tmp_path.rglob(WEIGHTS)) and not list(tmp_path.rglob("metadata.json"))
 
 
 def test_list_into_a_closed_pipe_ends_without_a_traceback():

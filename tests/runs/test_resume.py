@@ -20,7 +20,7 @@ import test_faults
 import torch
 
 from pondernet_tutorial.runs import training
-from pondernet_tutorial.runs.config import TrainConfig
+from pondernet_tutorial.runs.config import WEIGHTS, TrainConfig
 from pondernet_tutorial.runs.processes import Interrupted
 from pondernet_tutorial.runs.studies import run_one
 from pondernet_tutorial.runs.training import RESUME_FILE, train
@@ -54,7 +54,7 @@ def test_a_stopped_run_resumes_and_ends_as_the_run_trained_in_one_go(tmp_path, m
     stop_at_epoch(monkeypatch, 2, started)
     with pytest.raises(Interrupted):
         train(config)
-    assert not (config.run_dir / "model.pt").exists()
+    assert not (config.run_dir / WEIGHTS).exists()
     assert (config.run_dir / "checkpoints" / "last.ckpt").is_file()
     assert (config.run_dir / RESUME_FILE).is_file()
     monkeypatch.undo()

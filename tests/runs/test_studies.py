@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from pondernet_tutorial.runs.config import WEIGHTS
 from pondernet_tutorial.runs.studies import STUDIES, get_study, prune_for_shipping
 
 
@@ -37,16 +38,16 @@ def test_pruning_keeps_what_the_studies_ship(tmp_path):
     for study in (grid, reference):
         for config in study.configs(output_dir=str(tmp_path)):
             config.run_dir.mkdir(parents=True, exist_ok=True)
-            for name in ("model.pt", "per_sample.csv.gz", "summary.csv", "metadata.json"):
+            for name in (WEIGHTS, "per_sample.csv.gz", "summary.csv", "metadata.json"):
                 (config.run_dir / name).write_text("x")
             (config.run_dir / "logs").mkdir(exist_ok=True)
     prune_for_shipping([grid, reference], tmp_path)
     grid_only = [c.run_dir for c in grid.configs(output_dir=str(tmp_path))]
     assert len(grid_only) == 28
-    assert all(not (d / "model.pt").exists() and not (d / "per_sample.csv.gz").exists() for d in grid_only)
+    assert all(not (d / WEIGHTS).exists() and not (d / "per_sample.csv.gz").exists() for d in grid_only)
     assert all((d / "summary.csv").exists() and not (d / "logs").exists() for d in grid_only)
     for config in reference.configs(output_dir=str(tmp_path)):  # shipped whole
-        assert (config.run_dir / "model.pt").exists() and (config.run_dir / "per_sample.csv.gz").exists()
+        assert (config.run_dir / WEIGHTS).exists() and (config.run_dir / "per_sample.csv.gz").exists()
 
 
 def test_a_rerun_that_trains_nothing_keeps_the_sweeps_wall_time(tmp_path, monkeypatch):

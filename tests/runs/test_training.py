@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from pondernet_tutorial.data.base import EvalSet
-from pondernet_tutorial.runs.config import ConfigMismatchError, TrainConfig
+from pondernet_tutorial.runs.config import WEIGHTS, ConfigMismatchError, TrainConfig
 from pondernet_tutorial.runs.evaluation import evaluate_set
 from pondernet_tutorial.runs.studies import run_one
 from pondernet_tutorial.runs.training import train
@@ -63,7 +63,7 @@ def test_the_best_epochs_weights_are_saved(tmp_path):
     from pondernet_tutorial.runs.checkpoints import load_model
     from pondernet_tutorial.runs.training import make_datamodule
 
-    saved = load_model(config.run_dir / "model.pt")
+    saved = load_model(config.run_dir / WEIGHTS)
     dm = make_datamodule(config)
     dm.setup("fit")
     table, _ = evaluate_set(saved, EvalSet("val", dm.val_inputs, dm.val_labels), seed=0, batch_size=128)
@@ -76,7 +76,7 @@ def test_a_run_folder_holds_its_record(tmp_path):
     train(config)
     run = config.run_dir
     assert run == tmp_path / "parity-interpolation" / config.variant / "seed0"
-    assert {p.name for p in run.iterdir()} >= {"model.pt", "history.csv", "metadata.json"}
+    assert {p.name for p in run.iterdir()} >= {WEIGHTS, "history.csv", "metadata.json"}
     assert not (run / "checkpoints").exists()
     meta = json.loads((run / "metadata.json").read_text())
     assert meta["identity"] == json.loads(json.dumps(config.identity()))
@@ -108,7 +108,7 @@ def test_history_and_metadata_with_the_wandb_logger(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     config = tiny(tmp_path, logger="wandb")
     train(config)
-    assert all((config.run_dir / name).is_file() for name in ("history.csv", "metadata.json", "model.pt"))
+    assert all((config.run_dir / name).is_file() for name in ("history.csv", "metadata.json", WEIGHTS))
 
 
 def test_arguments_are_checked_before_a_folder_is_made(tmp_path, without_wandb):
