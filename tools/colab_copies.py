@@ -42,7 +42,9 @@ ROLE = re.compile(r"\{(glue:text|glue|doc|ref|cite:p|cite:t|cite)\}`([^`]*)`")
 DIRECTIVE = re.compile(r"^(?P<fence>`{3,}|:{3,})\{(?P<name>[\w:-]+)\}[ \t]*(?P<arg>.*)\n", re.MULTILINE)
 TARGET = re.compile(r"^\([\w:-]+\)=[ \t]*\n", re.MULTILINE)
 # What must not be left in a Markdown cell of a copy.
-LEFTOVER = re.compile(r"\{glue|\{doc\}|\{ref\}|\{cite|^\s*(?:`{3,}|:{3,})\{|^\([\w:-]+\)=", re.MULTILINE)
+LEFTOVER = re.compile(
+    r"\{glue|\{doc\}|\{ref\}|\{cite|\{[\w:-]+\}`|^\s*(?:`{3,}|:{3,})\{|^\([\w:-]+\)=", re.MULTILINE
+)
 
 
 class CopyError(Exception):
@@ -223,13 +225,17 @@ def colab_copy(executed: dict, docname: str, resolver: Resolver, source_dir: Pat
 
     def role(match: re.Match) -> str:
         kind, text = match.group(1), match.group(2)
-        if kind in ("glue:text", "glue"):
-            return glue_text(values, text)
-        if kind == "doc":
-            return resolver.doc(text, docname)
-        if kind == "ref":
-            return resolver.ref(text)
-        return resolver.cite("cite:p" if kind == "cite" else kind, text)
+        try:
+            if kind in ("glue:text", "glue"):
+                return glue_text(values, text)
+            if kind == "doc":
+                return resolver.doc(text, docname)
+            if kind == "ref":
+                return resolver.ref(text)
+            return resolver.cite("cite:p" if kind == "cite" else kind, text)
+        except CopyError as error:
+            unresolved.append(str(error))
+            return match.group(0)
 
     cells = []
     for index, cell in enumerate(executed["cells"]):
@@ -239,12 +245,14 @@ def colab_copy(executed: dict, docname: str, resolver: Resolver, source_dir: Pat
             if "remove-cell" in tags:
                 continue
             text = "".join(cell["source"])
+            unresolved = []
             try:
                 text = TARGET.sub("", text)
                 text = convert_directives(text, source_dir, figure_caption)
                 text = ROLE.sub(role, text)
             except CopyError as error:
                 faults.append(f"cell {index}: {error}")
+            faults += [f"cell {index}: {error}" for error in unresolved]
             for leftover in LEFTOVER.finditer(text):
                 line = text[: leftover.start()].count("\n")
                 faults.append(f"cell {index}: MyST markup left: {text.splitlines()[line].strip()!r}")
