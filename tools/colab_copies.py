@@ -4,10 +4,11 @@ turned into what plain Markdown shows, and check them.
 The book's notebooks are written in MyST: their Markdown cells state numbers with ``{glue:text}`` roles,
 show figures with ``{glue:figure}`` directives and link with ``{doc}``, ``{ref}`` and ``{cite}``. Colab
 renders none of it. This script reads the book that Jupyter Book built (``_build``: the executed
-notebooks in ``_build/jupyter_execute`` and Sphinx's environment, which knows every page's title and
-every label) and writes, for each notebook, a copy in which
+notebooks in its execution cache and Sphinx's environment, which knows every page's title and every
+label) and writes, for each notebook, a copy in which
 
-* a ``{glue:text}`` role is the glued value, formatted as the book formats it;
+* a ``{glue:text}`` role is the glued value, formatted as the book formats it (the values and the
+  outputs come from the build's execution cache, ``_build/.jupyter_cache``);
 * a ``{glue:figure}`` directive is its caption in italics: the figure itself is the output of the code
   cell above it (``show()`` displays it there);
 * ``{doc}`` and ``{ref}`` are Markdown links to the published pages, ``{cite}`` is author-year text
@@ -181,7 +182,8 @@ def convert_directives(text: str, source_dir: Path, figure_caption) -> str:
         options, lines = {}, body.splitlines()
         while lines and lines[0].startswith(":"):
             key, _, value = lines.pop(0)[1:].partition(":")
-            options[key.strip()] = value.strip().strip('"')
+            value = value.strip().strip('"')
+            options[key.strip()] = int(value) if value.isdigit() else value
         content = "\n".join(lines).strip("\n")
         if name == "glue:figure":
             replacement = figure_caption(arg, content)
@@ -280,16 +282,24 @@ def main(argv=None) -> int:
     except CopyError as error:
         print(error, file=sys.stderr)
         return 2
+    import nbformat
+    from jupyter_cache import get_cache
+
+    cache = get_cache(str(args.build / ".jupyter_cache"))
     sources = sorted((ROOT / "book").glob("*.ipynb"))
     failed = False
     for source in sources:
         docname = f"book/{source.stem}"
-        executed_path = args.build / "jupyter_execute" / f"{docname}.ipynb"
-        if not executed_path.is_file():
-            print(f"{docname}: no executed notebook at {executed_path}", file=sys.stderr)
+        try:  # the outputs the build used, glued values included (the pages keep only what they show)
+            _, executed = cache.merge_match_into_notebook(nbformat.read(source, as_version=4))
+        except KeyError:
+            print(
+                f"{docname}.ipynb: not in {args.build / '.jupyter_cache'}: build the book first",
+                file=sys.stderr,
+            )
             failed = True
             continue
-        executed = json.loads(executed_path.read_text())
+        executed = json.loads(nbformat.writes(executed))
         copy, faults = colab_copy(executed, docname, resolver, source.parent)
         for fault in faults:
             print(f"{docname}.ipynb: {fault}", file=sys.stderr)
