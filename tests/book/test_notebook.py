@@ -126,7 +126,7 @@ def test_the_notebooks_find_mnist_as_the_tests_do_from_any_working_directory(mon
     monkeypatch.delenv("PONDERNET_DATA_DIR", raising=False)
     expected = str(mnist.resolve_data_dir())
     code = "from pondernet_tutorial.data.mnist import resolve_data_dir; print(resolve_data_dir())"
-    for cwd in (ROOT / "book", ROOT, ROOT / "pondernet_tutorial" / "data"):  # nbmake runs from book/
+    for cwd in (ROOT / "book", ROOT, ROOT / "pondernet_tutorial" / "data"):  # the book runs them from book/
         assert python_in(cwd, code) == expected, cwd
     shared = ROOT.parent / "shared" / "data"
     if (shared / "MNIST" / "raw" / mnist.MNIST_FILES[0]).is_file():
