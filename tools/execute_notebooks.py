@@ -8,10 +8,13 @@ the hash of its code cells and does not execute it again.
 Each notebook runs under the cell timeout that the book build uses: its own ``execution.timeout``
 metadata if it has one (the notebooks with a training cell), else ``execute.timeout`` of
 ``_config.yml``. A cell that raises, or runs past the timeout, stops the notebook with a message
-naming the notebook and the cell. So does a cell that *returned* only at its timeout: nbclient can
-miss a kernel's reply until its wait runs out and then go on without an error (jupyter/nbclient#312,
-seen with an ipywidgets cell), which would otherwise be a silent 10-minute stall. The slowest cells
-are listed at the end, to size the timeouts from.
+naming the notebook and the cell. So does a stall that nbclient waits out without an error: a cell
+that returns only at its timeout (a reply seen late, jupyter/nbclient#312), or a kernel that does not
+exit when asked after the last cell, which the client waits for and then terminates. The second is
+what held the book build for 10 minutes on ``explore_halting``: after its ipywidgets cell (an
+``interactive`` with an output widget) ipykernel did not shut down, and the build went on without a
+word at the end of the wait; that cell is now tagged ``skip-execution``. The slowest cells are listed
+at the end, to size the timeouts from.
 
     python tools/execute_notebooks.py --kernel NAME --out DIR [--cache _build/.jupyter_cache] [NOTEBOOK ...]
 """
@@ -26,6 +29,9 @@ from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# A kernel exits within a second or two of the shutdown request; jupyter_client waits much longer
+# before it terminates one that does not.
+SHUTDOWN_SECONDS = 20
 
 
 def default_timeout() -> int:
@@ -68,14 +74,22 @@ def execute(path: Path, kernel: str) -> tuple[object, list[tuple[float, int]]]:
         resources={"metadata": {"path": str(path.parent)}},
         record_timing=True,
         on_cell_start=lambda cell, cell_index: running.update(index=cell_index),
+        on_cell_complete=lambda cell, cell_index: running.update(done=time.monotonic()),
     )
     name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     try:
         client.execute()
+        ended = time.monotonic()
     except (CellExecutionError, CellTimeoutError, CellControlSignal) as error:
         index = running.get("index")
         what = "ran past its timeout of" if isinstance(error, CellTimeoutError) else "raised; timeout"
         raise RuntimeError(f"{name}: cell {index} {what} {timeout} s:\n{error}") from error
+    shutdown = ended - running.get("done", ended)
+    if shutdown > SHUTDOWN_SECONDS:
+        raise RuntimeError(
+            f"{name}: the kernel took {shutdown:.0f} s to shut down after the last cell ({running.get('index')}): "
+            "a kernel that did not exit when asked (as after an ipywidgets cell), waited out by the client"
+        )
     seconds = [(cell_seconds(c) or 0.0, i) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     for took, index in seconds:
         if took >= timeout - 1:
