@@ -74,7 +74,7 @@ def execute(path: Path, kernel: str) -> tuple[object, list[tuple[float, int]]]:
         resources={"metadata": {"path": str(path.parent)}},
         record_timing=True,
         on_cell_start=lambda cell, cell_index: running.update(index=cell_index),
-        on_cell_complete=lambda cell, cell_index: running.update(done=time.monotonic()),
+        on_cell_complete=lambda cell, cell_index: running.update(done=time.monotonic(), last=cell_index),
     )
     name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     try:
@@ -87,7 +87,7 @@ def execute(path: Path, kernel: str) -> tuple[object, list[tuple[float, int]]]:
     shutdown = ended - running.get("done", ended)
     if shutdown > SHUTDOWN_SECONDS:
         raise RuntimeError(
-            f"{name}: the kernel took {shutdown:.0f} s to shut down after the last cell ({running.get('index')}): "
+            f"{name}: the kernel took {shutdown:.0f} s to shut down after the last cell ({running.get('last')}): "
             "a kernel that did not exit when asked (as after an ipywidgets cell), waited out by the client"
         )
     seconds = [(cell_seconds(c) or 0.0, i) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
