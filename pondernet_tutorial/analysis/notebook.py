@@ -7,9 +7,13 @@ the study's tiny quick runs into a folder outside the repository instead (``QUIC
 checkout), so that the training cells are executed in CI; their numbers are never what the rendered book
 shows.
 
-``glue`` and ``show`` use myst-nb's ``glue`` when it is installed (the book build) and do without it
-elsewhere (Colab has no myst-nb): a figure appears inline in Jupyter, and once in the book, where the
-cell's own output is removed (tag ``remove-output``) and the ``{glue:figure}`` shows it.
+``glue`` records a value in the cell's outputs in the very form myst-nb's ``glue`` gives it (a
+``display_data`` output whose MIME types carry myst-nb's prefix and whose metadata names the value), with
+or without myst-nb: the book build reads it for ``{glue:text}``, and a notebook executed where myst-nb
+is absent (Colab, CI's Colab-like run) carries the same values, from which ``tools/colab_copies.py``
+writes the notebooks Colab opens. ``show`` glues a figure and displays it inline: in Jupyter and on
+Colab it appears in the cell's output; in the book the cell's own output is removed (tag
+``remove-output``) and the ``{glue:figure}`` shows it.
 """
 
 from __future__ import annotations
@@ -49,18 +53,29 @@ def pick_accelerator() -> str:
     return "cpu"
 
 
+# myst-nb's prefix for a glued value's MIME types (myst_nb.ext.glue.GLUE_PREFIX): Jupyter front ends
+# know no such type and show nothing, myst-nb reads it.
+GLUE_PREFIX = "application/papermill.record/"
+
+
 def glue(name: str, value) -> None:
-    """Record a value for ``{glue:text}`` in the book; nothing without myst-nb (Colab, plain Jupyter).
+    """Record a value for ``{glue:text}`` and ``{glue:figure}``, as myst-nb's ``glue(display=False)``
+    does; nothing outside a Jupyter kernel.
 
     NumPy scalars are turned into plain Python numbers, so that the book prints ``3.21``.
     """
-    try:
-        from myst_nb import glue as myst_glue
-    except ImportError:
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
         return
+    from IPython.display import display
+
     if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
         value = value.item()
-    myst_glue(name, value, display=False)
+    bundle, metadata = shell.display_formatter.format(value)
+    metadata = dict(metadata or {}, scrapbook={"name": name, "mime_prefix": GLUE_PREFIX})
+    display({GLUE_PREFIX + mime: data for mime, data in bundle.items()}, raw=True, metadata=metadata)
 
 
 def count(n: int, noun: str, plural: str | None = None) -> str:

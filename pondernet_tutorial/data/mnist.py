@@ -73,7 +73,7 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
 
     Raises:
         RelativeDataDirError: ``$PONDERNET_DATA_DIR`` is relative. Each process would resolve it
-            against its own working directory (nbmake runs the notebooks from ``book/``, the tests run
+            against its own working directory (the book runs the notebooks from ``book/``, the tests run
             from the repository), so it is refused rather than guessed.
     """
     if data_dir is not None:

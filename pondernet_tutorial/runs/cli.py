@@ -472,15 +472,46 @@ def _evaluate(args) -> None:
     columns = [*experiment.group_by, "accuracy", "halt_step", "expected_steps", "n"]
     print(table[columns].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     run = f"{config.experiment}/{config.variant} seed {config.seed}" if args.pretrained else args.checkpoint
-    accuracy = (per_sample["prediction"] == per_sample["label"]).mean()
-    print(
-        f"{run}: accuracy {accuracy:.4f}, mean steps {per_sample['halt_step'].mean():.2f} (expected "
-        f"{per_sample['expected_steps'].mean():.2f}) over {len(per_sample):,} test samples"
-    )
+    print(_evaluation_summary(run, per_sample))
     if args.output:
         from .files import write_csv
 
         write_csv(args.output, per_sample, index=False)  # whole, or not at all
+
+
+def _evaluation_summary(run: str, per_sample) -> str:
+    """The last line of ``evaluate``: accuracy and steps over every test sample; on rotated MNIST the
+    upright digits first, then what the average covers (upside-down digits included)."""
+
+    def stats(frame) -> str:
+        accuracy = (frame["prediction"] == frame["label"]).mean()
+        return (
+            f"accuracy {accuracy:.4f}, mean steps {frame['halt_step'].mean():.2f} (expected "
+            f"{frame['expected_steps'].mean():.2f}) over {len(frame):,} test samples"
+        )
+
+    if not {"mode", "degrees"} <= set(per_sample.columns):
+        return f"{run}: {stats(per_sample)}"
+    sets = per_sample.drop_duplicates("set")
+    exact = sets.loc[sets["mode"] == "exact", "degrees"]
+    uniform = sets.loc[sets["mode"] == "uniform", "degrees"]
+    from ..analysis.notebook import count
+
+    covered = []
+    if len(exact) > 5:
+        covered.append(f"{len(exact)} exact angles from {exact.min():g}° to {exact.max():g}°")
+    elif len(exact):
+        covered.append(f"{count(len(exact), 'exact angle')} ({', '.join(f'{d:g}°' for d in exact)})")
+    if len(uniform):
+        covered.append(f"{count(len(uniform), 'uniform range')} ({', '.join(f'±{d:g}°' for d in uniform)})")
+    upright = per_sample[(per_sample["mode"] == "exact") & (per_sample["degrees"] == 0)]
+    lines = [f"{run}:"]
+    if len(upright):
+        lines.append(f"  upright (0°): {stats(upright)}")
+    lines.append(
+        f"  averaged over {count(len(sets), 'rotation')}, {' and '.join(covered)}: {stats(per_sample)}"
+    )
+    return "\n".join(lines)
 
 
 def _run_name(config: TrainConfig) -> str:
@@ -544,8 +575,30 @@ def _list() -> int:
     )
     print("shipped runs with weights:")
     for run in dict.fromkeys(shipped):
-        print(f"  {run}")
+        print(f"  {_readable_run_name(PRETRAINED_DIR / run)}")
     return 0
+
+
+def _readable_run_name(run_dir) -> str:
+    """``experiment/variant`` of a run folder, with an option whose value is a dictionary written out
+    with its own ``=`` (``step_options=(exit_feature=false,n_slots=32)``; the folder name, made of the
+    characters every file system keeps, reads ``step_options=exit_featurefalse_n_slots32``)."""
+    import json
+
+    from .config import _slug
+    from .files import read_regular
+
+    name = f"{run_dir.parent.name}/{run_dir.name}"
+    try:
+        metadata = json.loads(read_regular(next(run_dir.glob("seed*/metadata.json"))).decode("utf-8"))
+        options = metadata["config"]
+    except (StopIteration, OSError, ValueError, KeyError, TypeError):
+        return name  # the folder name, as it is
+    for key, value in options.items():
+        if isinstance(value, dict) and value:
+            readable = ",".join(f"{k}={_slug(v)}" for k, v in sorted(value.items()))
+            name = name.replace(f"{key}={_slug(value)}", f"{key}=({readable})")
+    return name
 
 
 if __name__ == "__main__":

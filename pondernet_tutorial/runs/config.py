@@ -255,7 +255,11 @@ class TrainConfig:
         check=at_least(1),
         optional=True,
     )
-    quick: bool = setting(bool, False, "the experiment's quick settings (CI only; never shipped)")
+    quick: bool = setting(
+        bool,
+        False,
+        "the experiment's tiny quick settings: try a command in a minute; learns nothing worth keeping, never shipped",
+    )
     compile: bool | None = setting(
         bool,
         False,
@@ -300,7 +304,8 @@ class TrainConfig:
     data_dir: str | None = setting(
         str,
         None,
-        "folder holding MNIST/raw [default: $PONDERNET_DATA_DIR, else ~/.cache/pondernet_tutorial]",
+        "folder holding MNIST/raw [default: $PONDERNET_DATA_DIR, else shared/data beside the clone, "
+        "else ~/.cache/pondernet_tutorial]",
         optional=True,
         identity=False,
         reproduce=True,

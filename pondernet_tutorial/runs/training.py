@@ -226,15 +226,21 @@ def check_trainer(config: TrainConfig) -> L.Trainer:
 
 
 # What the package's own use of Lightning prints and a user cannot act on, silenced by its exact words
-# (every other warning and message is kept): Lightning's advertisement for its cloud logger, PyTorch's
-# deprecation of the LeafSpec that Lightning itself calls, and the logging-interval warning that the
-# package's small quick and subset runs (fewer batches than log_every_n_steps) cause.
+# (every other warning and message is kept): Lightning's advertisement for its cloud logger and its
+# device lines, PyTorch's deprecation of the LeafSpec that Lightning itself calls, and the
+# logging-interval warning that the package's small quick and subset runs (fewer batches than
+# log_every_n_steps) cause.
 NOISE_WARNINGS = (
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",
     r"`LeafSpec` is deprecated",
     r"The number of training batches \(\d+\) is smaller than the logging interval Trainer\(log_every_n_steps=",
 )
-NOISE_LOGS = (re.compile(r"Tip: For seamless cloud logging .*litlogger"),)
+NOISE_LOGS = (
+    re.compile(r"Tip: For seamless cloud logging .*litlogger"),
+    # Lightning's start-up lines, once per Trainer (twice per `train`: training, then evaluation); the
+    # run's accelerator is in its metadata.json and in the command's own output
+    re.compile(r"^(?:GPU|TPU|HPU|IPU) available: "),
+)
 NOISE_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
 
 

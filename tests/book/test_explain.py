@@ -91,3 +91,17 @@ def test_count_macs_by_hand():
     # conv: 2 · 4 · 4 outputs × 3 · 3 · 1 MACs each; linear: 32 × 5
     assert explain.count_macs(net, lambda: net(x)) == 2 * 4 * 4 * 9 + 32 * 5
     assert not net[0]._forward_hooks  # the hooks are removed
+
+
+def test_the_sliders_cell_is_never_executed_by_the_build():
+    """After displaying the sliders (an ipywidgets `interactive` with an output widget) the kernel
+    sometimes does not shut down, and the build waited out its timeout on explore_halting: the cell
+    runs only where a reader moves the sliders."""
+    import json
+    from pathlib import Path
+
+    notebook = json.loads(
+        (Path(__file__).resolve().parents[2] / "book" / "explore_halting.ipynb").read_text()
+    )
+    cells = [c for c in notebook["cells"] if "interactive_explorer()" in "".join(c["source"])]
+    assert cells and all("skip-execution" in c["metadata"].get("tags", []) for c in cells)

@@ -16,29 +16,53 @@ import pandas as pd  # noqa: E402
 from pondernet_tutorial.analysis import notebook  # noqa: E402
 
 
-def test_glue_is_a_no_op_without_myst_nb(monkeypatch):
-    monkeypatch.setitem(sys.modules, "myst_nb", None)  # as on Colab: importing it fails
-    notebook.glue("x", 1.5)  # no error
+def test_glue_is_a_no_op_outside_a_kernel(monkeypatch):
+    monkeypatch.setattr("IPython.get_ipython", lambda: None)
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda *a, **k: shown.append(a))
+    notebook.glue("x", 1.5)
+    assert shown == []
 
 
-def test_glue_gives_plain_numbers_to_myst_nb(monkeypatch):
+def recorded(monkeypatch, glue, *args) -> list:
+    """What ``glue(*args)`` hands to IPython's ``display`` in a kernel (an IPython shell here)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    monkeypatch.setattr("IPython.get_ipython", lambda: shell)
+    calls = []
+    monkeypatch.setattr("IPython.display.display", lambda *a, **k: calls.append((a, k)))
+    glue(*args)
+    return calls
+
+
+@pytest.mark.parametrize("value", [3.25, "solves it", "fig"])
+def test_glue_records_what_myst_nb_records_without_myst_nb(monkeypatch, value):
+    """The output that the book build and tools/colab_copies.py read is myst-nb's own record."""
+    myst_glue = pytest.importorskip("myst_nb.ext.glue")
+    if value == "fig":
+        value, _ = plt.subplots()
+    ours = recorded(monkeypatch, notebook.glue, "x", value)
+    monkeypatch.setitem(sys.modules, "myst_nb", None)  # ours needs no myst-nb
+    assert recorded(monkeypatch, notebook.glue, "x", value) == ours
+    monkeypatch.delitem(sys.modules, "myst_nb")
+    monkeypatch.setattr(myst_glue, "ipy_display", lambda *a, **k: theirs.append((a, k)))
+    theirs = []
+    myst_glue.glue("x", value, display=False)
+    assert ours == theirs and ours[0][1]["metadata"]["scrapbook"]["name"] == "x"
+    plt.close("all")
+
+
+def test_glue_gives_plain_numbers(monkeypatch):
     import numpy as np
 
-    seen = {}
-
-    class FakeMystNb:
-        @staticmethod
-        def glue(name, value, display=True):
-            seen[name] = (value, display)
-
-    monkeypatch.setitem(sys.modules, "myst_nb", FakeMystNb)
-    notebook.glue("x", np.float64(3.25))
-    assert seen["x"] == (3.25, False) and type(seen["x"][0]) is float
+    ((args, _),) = recorded(monkeypatch, notebook.glue, "x", np.float64(3.25))
+    assert args[0] == {notebook.GLUE_PREFIX + "text/plain": "3.25"}
 
 
 def test_show_displays_the_figure_once_and_closes_it(monkeypatch):
     shown = []
-    monkeypatch.setitem(sys.modules, "myst_nb", None)
+    monkeypatch.setattr("IPython.get_ipython", lambda: None)  # glue records nothing outside a kernel
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
     fig, _ = plt.subplots()
     notebook.show("fig", fig)
@@ -102,7 +126,7 @@ def test_the_notebooks_find_mnist_as_the_tests_do_from_any_working_directory(mon
     monkeypatch.delenv("PONDERNET_DATA_DIR", raising=False)
     expected = str(mnist.resolve_data_dir())
     code = "from pondernet_tutorial.data.mnist import resolve_data_dir; print(resolve_data_dir())"
-    for cwd in (ROOT / "book", ROOT, ROOT / "pondernet_tutorial" / "data"):  # nbmake runs from book/
+    for cwd in (ROOT / "book", ROOT, ROOT / "pondernet_tutorial" / "data"):  # the book runs them from book/
         assert python_in(cwd, code) == expected, cwd
     shared = ROOT.parent / "shared" / "data"
     if (shared / "MNIST" / "raw" / mnist.MNIST_FILES[0]).is_file():

@@ -15,6 +15,11 @@ pin_spec = importlib.util.spec_from_file_location(
 )
 pin = importlib.util.module_from_spec(pin_spec)
 pin_spec.loader.exec_module(pin)
+buttons_spec = importlib.util.spec_from_file_location(
+    "notebook_launch_buttons", ROOT / "tools" / "notebook_launch_buttons.py"
+)
+launch_buttons = importlib.util.module_from_spec(buttons_spec)
+buttons_spec.loader.exec_module(launch_buttons)
 
 
 def test_every_copy_of_the_repository_url_agrees():
@@ -29,9 +34,10 @@ def test_every_copy_of_the_repository_url_agrees():
     assert found, "no repository URL found"
     assert set(found) == {expected}, found
     notebooks = [n for n in tool.FILES if n.endswith(".ipynb")]
+    branch = launch_buttons.COLAB_BRANCH  # the badge opens the notebook's Colab copy, as the button does
     for name in notebooks:  # every notebook has its Colab badge and install cell
         text = (ROOT / name).read_text()
-        assert f"colab.research.google.com/github/{expected}/blob/main/{name}" in text, name
+        assert f"colab.research.google.com/github/{expected}/blob/{branch}/{name}" in text, name
         assert f"git+https://github.com/{expected}" in text, name
 
 

@@ -10,7 +10,7 @@ Deliberate breaks these tests catch (each was tried):
 import pytest
 import torch
 
-from pondernet_tutorial.data import mnist
+from pondernet_tutorial.data import mnist, modules
 from pondernet_tutorial.data.mnist import (
     DATA_DIR_VARIABLE,
     MNISTDamagedError,
@@ -78,8 +78,15 @@ def fake_mnist(train, data_dir=None):
     return images, torch.arange(n) % 10
 
 
-def test_training_batches_are_rotated_validation_and_test_are_not_redrawn(monkeypatch):
+def use_fake_mnist(monkeypatch):
+    """Serve ``fake_mnist`` where the data module looks the loader up (``data/modules.py`` imports it
+    by name), so that these tests never reach the real MNIST, present or not."""
+    monkeypatch.setattr(modules, "load_mnist", fake_mnist)
     monkeypatch.setattr(mnist, "load_mnist", fake_mnist)
+
+
+def test_training_batches_are_rotated_validation_and_test_are_not_redrawn(monkeypatch):
+    use_fake_mnist(monkeypatch)
     dm = MNISTDataModule(train_rotation=22.5, batch_size=64)
     dm.setup("fit")
     images, labels, angles = next(iter(dm.train_dataloader()))  # the angles travel with the batch
@@ -110,7 +117,7 @@ def first_batches(dm, n=3):
 def test_training_data_has_its_own_generator(monkeypatch, task):
     """The training data depends on the run's seed only: draws from the global generator (weights,
     dropout, anything a change to the model or the logging adds) never change it."""
-    monkeypatch.setattr(mnist, "load_mnist", fake_mnist)
+    use_fake_mnist(monkeypatch)
 
     def make(seed):
         if task == "mnist":
@@ -135,7 +142,7 @@ def test_training_data_has_its_own_generator(monkeypatch, task):
 def test_training_batches_have_fixed_shapes(monkeypatch):
     """The last, partial batch of an epoch is dropped in training (a captured step needs fixed
     shapes), kept in validation."""
-    monkeypatch.setattr(mnist, "load_mnist", fake_mnist)
+    use_fake_mnist(monkeypatch)
     dm = MNISTDataModule(batch_size=64, train_subset=200)
     dm.setup("fit")
     assert [len(b[1]) for b in dm.train_dataloader()] == [64, 64, 64]
@@ -143,7 +150,7 @@ def test_training_batches_have_fixed_shapes(monkeypatch):
 
 
 def test_validation_set_is_rotated(monkeypatch):
-    monkeypatch.setattr(mnist, "load_mnist", fake_mnist)
+    use_fake_mnist(monkeypatch)
     plain, turned = MNISTDataModule(train_rotation=0.0), MNISTDataModule(train_rotation=45.0)
     plain.setup("fit")
     turned.setup("fit")

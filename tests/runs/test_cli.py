@@ -314,3 +314,46 @@ def test_list_into_a_closed_pipe_ends_without_a_traceback():
     stderr = process.stderr.read().decode()
     process.wait()
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+
+
+def test_evaluate_on_rotated_mnist_gives_upright_accuracy_first_and_names_what_it_averages():
+    import pandas as pd
+
+    from pondernet_tutorial.runs.cli import _evaluation_summary
+
+    def rows(name, mode, degrees, right):
+        return [
+            {
+                "set": name,
+                "mode": mode,
+                "degrees": degrees,
+                "prediction": int(i >= right),
+                "label": 0,
+                "halt_step": 2,
+                "expected_steps": 2.5,
+            }
+            for i in range(4)
+        ]
+
+    per_sample = pd.DataFrame(
+        rows("rot0", "exact", 0.0, 4)
+        + rows("rot180", "exact", 180.0, 0)
+        + rows("rot_pm45", "uniform", 45.0, 2)
+    )
+    first, upright, average = _evaluation_summary("run", per_sample).splitlines()
+    assert (
+        first == "run:" and upright.startswith("  upright (0°): accuracy 1.0000") and "over 4 test" in upright
+    )
+    assert average.startswith(
+        "  averaged over 3 rotations, 2 exact angles (0°, 180°) and 1 uniform range (±45°)"
+    )
+    assert "accuracy 0.5000" in average and "over 12 test samples" in average
+    parity = per_sample.drop(columns=["mode", "degrees"])
+    assert _evaluation_summary("run", parity).startswith("run: accuracy 0.5000")
+
+
+def test_list_writes_a_dictionary_option_with_its_equals_signs(capsys):
+    assert main(["list"]) == 0
+    shipped = capsys.readouterr().out.split("shipped runs with weights:")[1]
+    assert "step_options=(exit_feature=false,n_slots=32)" in shipped
+    assert "featurefalse" not in shipped
