@@ -16,7 +16,9 @@ the verdicts that the notebooks state:
 The rules, in words (the thresholds are :class:`Rules`' fields, declared once, each with its reason).
 Every figure is an interval, from the lowest seed to the highest and, where halting is sampled, over
 :data:`COIN_DRAWS` fresh draws of the halting coins (:func:`interval`, :func:`coin_draws`). A verdict is
-given only when the whole interval lies on one side of its threshold; otherwise it is *undetermined*.
+given only when the whole interval lies on one side of its threshold; otherwise it is undetermined, and
+the verdict says which figure left it open: *accuracy undetermined* (rule 1) or *ρ undetermined*
+(rule 3).
 
 1. A set is *learned* when the best configuration's accuracy reaches ``learned`` above chance, *not
    learned* when it stays below. A configuration *solves* the set when its accuracy reaches the best
@@ -44,10 +46,53 @@ from ..runs.evaluation import _spearman as spearman
 RUN_KEYS = ("experiment", "variant", "seed")
 FOLLOWS, FIXED, BETWEEN, UNSOLVED = "follows difficulty", "fixed depth", "in between", "does not solve"
 WRONG = "wrong direction"  # ρ clearly below zero: harder inputs get fewer steps
-UNDETERMINED = "undetermined"  # the interval straddles a threshold: the data cannot decide
-VERDICTS = (FOLLOWS, BETWEEN, FIXED, WRONG, UNSOLVED, UNDETERMINED)
+# an interval straddles a threshold, so the data cannot decide; the verdict names the figure
+ACCURACY_UNDETERMINED = "accuracy undetermined"  # rule 1: does it solve the set? (or: is the set learned?)
+RHO_UNDETERMINED = "ρ undetermined"  # rule 3: which class of ρ(k, n)?
+VERDICTS = (FOLLOWS, BETWEEN, FIXED, WRONG, UNSOLVED, ACCURACY_UNDETERMINED, RHO_UNDETERMINED)
 ONE_STEP = "one step"  # the family of the one-step networks (rule 2)
 COIN_DRAWS = 20  # fresh halting-coin draws behind the coin interval of a sampled halting step
+DIFFICULTY = "k"  # the per-sample difficulty of the tasks that have one (parity, pointer chasing)
+
+
+def config_label(config: dict) -> tuple[str, str]:
+    """The one name of a run's configuration in every table, figure and sentence of the book, and its
+    family (what the rules and the palette call it: ``pondernet``, ``control``, ``act``, ``fixed`` or
+    :data:`ONE_STEP`).
+
+    Args:
+        config: the configuration the run recorded (``metadata.json``'s ``"config"``).
+
+    Examples: ``PonderNet λ_p=0.5``; ``control (halting frozen at λ_p=0.1)`` (PonderNet whose ``λ_n``
+    stay at ``λ_p``); ``ACT τ=0.002 (bias +1)`` (the bias only where one was set); ``one step`` (a
+    step function run once); ``plain CNN`` (MNIST's one-step baseline); ``fixed 10 steps (run for
+    20)``.
+    """
+    method = config["method"]
+    if method == "fixed":
+        steps = config.get("eval_max_steps") or config["max_steps"]
+        if config.get("step") == "mnist_cnn":
+            return "plain CNN", ONE_STEP
+        if steps == 1:
+            return "one step", ONE_STEP
+        name = f"fixed {config['max_steps']} step{'s' if config['max_steps'] > 1 else ''}"
+        return name + (f" (run for {steps})" if steps != config["max_steps"] else ""), "fixed"
+    if method == "act":
+        bias = config.get("halting_bias")
+        bias = "" if bias is None else f" (bias {bias:+g})".replace("-", "−")
+        return f"ACT τ={config['tau']:g}{bias}", "act"
+    if config.get("learn_halting") is False:
+        return f"control (halting frozen at λ_p={config['lambda_p']:g})", "control"
+    return f"PonderNet λ_p={config['lambda_p']:g}", method
+
+
+def span(low: float, high: float, digits: int = 2) -> str:
+    """An interval as the book prints it: ``0.82–0.90`` (``−0.55 to 0.10`` where an end is negative),
+    one number when both ends round alike, a typographic minus."""
+    a, b = (f"{x:.{digits}f}".replace("-", "−") for x in (low, high))
+    if a == b:
+        return a
+    return f"{a} to {b}" if min(low, high) < 0 else f"{a}–{b}"
 
 
 @dataclass(frozen=True)
@@ -124,7 +169,7 @@ def halting_verdict(rho: tuple, spread_high: float, rules: Rules = Rules()) -> s
     A NaN interval (the same steps for every input) or a spread of steps below ``rules.spread`` in
     every seed is a fixed depth. Otherwise the verdict is the class both ends of the interval fall in
     (ρ ≥ follows: follows; flat ≤ ρ < follows: in between; |ρ| < flat: fixed depth; ρ ≤ −flat: wrong
-    direction), and *undetermined* when they fall in different classes.
+    direction), and *ρ undetermined* when they fall in different classes.
     """
     low, high = rho
     if math.isnan(low) or math.isnan(high) or spread_high < rules.spread:
@@ -139,7 +184,7 @@ def halting_verdict(rho: tuple, spread_high: float, rules: Rules = Rules()) -> s
             return FIXED
         return WRONG
 
-    return cls(low) if cls(low) == cls(high) else UNDETERMINED
+    return cls(low) if cls(low) == cls(high) else RHO_UNDETERMINED
 
 
 def halting_by_run(
@@ -202,9 +247,9 @@ def verdict(
 ) -> str:
     """Rule 3 for one configuration from its seeds' ``ρ(k, n)`` and spreads of steps (one value per
     seed, no coin interval): :func:`halting_verdict` on the interval from the lowest to the highest
-    seed. ``solves`` None (undetermined) gives *undetermined*."""
+    seed. ``solves`` None (undetermined) gives *accuracy undetermined*."""
     if solves is None:
-        return UNDETERMINED
+        return ACCURACY_UNDETERMINED
     if not solves:
         return UNSOLVED
     pairs = list(zip(rhos, spreads, strict=True))
@@ -283,7 +328,7 @@ def judge(runs: pd.DataFrame, chance: float, rules: Rules = Rules()) -> tuple[pd
         (
             UNSOLVED
             if row.solves is False
-            else UNDETERMINED
+            else ACCURACY_UNDETERMINED
             if row.solves is None
             else halting_verdict((row.rho_low, row.rho_high), row.spread_max, rules)
         )
@@ -315,14 +360,15 @@ def coin_draws(module, eval_set, draws: int = COIN_DRAWS, seed: int = 1, batch_s
     """
     model = module.model if hasattr(module, "model") else module
     model.eval()
+    device = next(model.parameters()).device
     outs = []
     with torch.no_grad():
         for start in range(0, len(eval_set.labels), batch_size):
-            x = eval_set.inputs[start : start + batch_size]
+            x = eval_set.inputs[start : start + batch_size].to(device)
             if not x.is_floating_point():
                 x = x.float() / 255.0
             outs.append(model.evaluation_forward(x))
-    k = pd.Series(np.asarray(eval_set.per_sample["k"]))
+    k = pd.Series(np.asarray(eval_set.per_sample[DIFFICULTY]))
     labels = eval_set.labels
     accuracy, rho = [], []
     for draw in range(draws):
@@ -330,7 +376,7 @@ def coin_draws(module, eval_set, draws: int = COIN_DRAWS, seed: int = 1, batch_s
         steps, correct = [], []
         for start, out in zip(range(0, len(labels), batch_size), outs):
             out.halt_step = model.inference_halt_step(out, generator)
-            y = labels[start : start + batch_size]
+            y = labels[start : start + batch_size].to(device)
             steps.append(out.halt_step.cpu())
             correct.append((out.prediction_logits.argmax(-1).cpu() == y).float())
         accuracy.append(float(torch.cat(correct).mean()))
@@ -383,3 +429,36 @@ def coin_intervals(
                 row[f"{name}_high"] = float(np.quantile(values, 1 - tail)) if len(values) else math.nan
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def halting_table(module, eval_sets, per_sample: pd.DataFrame, draws: int = COIN_DRAWS) -> pd.DataFrame:
+    """How one run's halting follows the difficulty, per test set: the figures of rule 3 and of rule 1,
+    over ``draws`` fresh draws of the halting coins. Made once per run, when it is evaluated
+    (:func:`~pondernet_tutorial.runs.evaluation.evaluate_halting`), so that no chapter draws coins.
+
+    Args:
+        module: the trained run; its halting coins are drawn again only where its halting is random
+            (``random_halting``: PonderNet); other methods halt the same way every time.
+        eval_sets: the test sets of the run's evaluation (each with ``per_sample["k"]``).
+        per_sample: the run's evaluation (one draw of the coins, seed 0), as
+            :func:`~pondernet_tutorial.runs.evaluation.evaluate` wrote it.
+
+    Returns:
+        one row per set: ``rho``, ``spread``, ``steps``, ``accuracy`` and ``n`` of the evaluation's
+        draw (:func:`halting_by_run`), ``difficulty`` (the mean ``k``), ``rho_expected``
+        (``ρ(k, E[n])``, no coins), ``coin_draws`` (0 where halting is not random) and the columns of
+        :func:`coin_intervals`: ``accuracy_draws``, ``accuracy_low``, ``accuracy_high``,
+        ``rho_draws``, ``rho_low``, ``rho_high`` (the point values where halting is not random).
+    """
+    table = halting_by_run(per_sample, DIFFICULTY, by=("set",))
+    table["difficulty"] = per_sample.groupby("set", sort=False)[DIFFICULTY].mean().loc[table["set"]].values
+    expected = halting_by_run(per_sample, DIFFICULTY, steps="expected_steps", by=("set",))
+    table["rho_expected"] = expected.set_index("set")["rho"].loc[table["set"]].values
+    model = module.model if hasattr(module, "model") else module
+    if getattr(model, "random_halting", False) and draws > 0:
+        coins = coin_intervals({None: model}, eval_sets, draws).drop(columns=["key", "rho_expected"])
+        return table.merge(coins, on="set", how="left").assign(coin_draws=draws)
+    for name in ("accuracy", "rho"):  # the same halting in every draw: the interval is the point
+        for end in ("draws", "low", "high"):
+            table[f"{name}_{end}"] = table[name]
+    return table.assign(coin_draws=0)

@@ -96,13 +96,6 @@ METHOD_COLORS = {
     "fixed": (0.55, 0.55, 0.55),  # grey
     "one step": (0.0, 0.0, 0.0),  # black
 }
-METHOD_LABELS = {
-    "pondernet": "PonderNet",
-    "control": "PonderNet, halting frozen (control)",
-    "act": "ACT",
-    "fixed": "fixed steps",
-    "one step": "one step",
-}
 MARKERS = "osD^vP*X"
 LINESTYLES = ("-", "--", ":", "-.")
 

@@ -258,6 +258,7 @@ class PonderingMethod(nn.Module):
     loss_terms: tuple[str, ...] = ()  # the named terms of :meth:`loss` besides "loss"
     step_answers: bool = False  # each step's prediction ŷ_n is a possible answer (the per-step tables)
     capturable: bool = True  # fit_forward and loss have fixed shapes and never wait for the device
+    random_halting: bool = False  # inference_halt_step draws coins: the halting step is random
 
     def __init__(
         self,

@@ -140,6 +140,7 @@ class PonderNet(PonderingMethod):
 
     loss_terms = ("reconstruction", "regularization")
     step_answers = True
+    random_halting = True  # inference flips Bernoulli(λ_n) coins
 
     def __init__(
         self,

@@ -24,6 +24,7 @@ from .files import folder_lock, read_json, read_table, write_csv, write_json
 
 EVAL_FORMAT = "pondernet_tutorial/evaluation-v3"
 RUN_TABLES = ("summary.csv", "per_step.csv", "per_class.csv")
+HALTING_FORMAT = "pondernet_tutorial/halting-v1"
 
 
 @torch.no_grad()
@@ -254,10 +255,79 @@ def evaluate_run(
         return tables
 
 
+def has_difficulty(config: TrainConfig) -> bool:
+    """True for the experiments whose test samples carry a difficulty ``k`` (parity, pointer chasing)."""
+    from ..analysis.difficulty import DIFFICULTY
+    from ..registry import get_experiment
+
+    return DIFFICULTY in get_experiment(config.experiment).group_by
+
+
+def halting_record(evaluation: dict) -> dict:
+    """What a run's ``halting.csv`` depends on: its evaluation and the coin draws."""
+    from ..analysis.difficulty import COIN_DRAWS, Rules
+
+    return {
+        "format": HALTING_FORMAT,
+        "evaluation": evaluation,
+        "coin_draws": COIN_DRAWS,
+        "coverage": Rules.coverage,
+    }
+
+
+def halting_up_to_date(config: TrainConfig, limit: int | None = None, seed: int = 0) -> bool:
+    """True if the run needs no ``halting.csv`` (no difficulty) or holds one made for its evaluation."""
+    if not has_difficulty(config):
+        return True
+    run_dir = config.run_dir
+    saved = read_json(run_dir / "halting.json") if (run_dir / "halting.csv").is_file() else None
+    evaluation = read_json(run_dir / "evaluation.json")
+    if saved is None or evaluation is None:
+        return False
+    _, record = _datamodule_and_record(config, limit, seed, None)
+    return not identity_differences(saved, halting_record(record)) and not identity_differences(
+        evaluation, record
+    )
+
+
+def evaluate_halting(
+    config: TrainConfig, limit: int | None = None, seed: int = 0, overwrite: bool = False, module=None
+) -> pd.DataFrame | None:
+    """Write ``halting.csv``: how the run's halting follows the difficulty, per test set, over fresh
+    draws of its halting coins (:func:`~pondernet_tutorial.analysis.difficulty.halting_table`), and
+    ``halting.json`` (what it depends on), last. Made once, after :func:`evaluate_run`, from the same
+    test sets and per-sample table; reused while its record is unchanged. None for an experiment
+    without a difficulty.
+    """
+    from ..analysis.difficulty import halting_table
+    from .checkpoints import load_model
+
+    if not has_difficulty(config):
+        return None
+    run_dir = config.run_dir
+    with folder_lock(run_dir, wait=True, doing="training or evaluating it"):
+        if not overwrite and halting_up_to_date(config, limit, seed):
+            return read_table(run_dir / "halting.csv")
+        if not tables_up_to_date(config, limit, seed) or not (run_dir / "per_sample.csv.gz").is_file():
+            raise FileNotFoundError(
+                f"{run_dir} has no up-to-date evaluation with its per-sample table: evaluate it first "
+                "(`python -m pondernet_tutorial reproduce --reevaluate`)."
+            )
+        datamodule, record = _datamodule_and_record(config, limit, seed, None)
+        module = module if module is not None else load_model(run_dir / "model.pt", config=config)
+        table = halting_table(module, datamodule.evaluation_sets(), read_table(run_dir / "per_sample.csv.gz"))
+        (run_dir / "halting.json").unlink(missing_ok=True)
+        write_csv(run_dir / "halting.csv", table, index=False, float_format="%.6g")
+        write_json(run_dir / "halting.json", halting_record(record))
+        return table
+
+
 def load_run_tables(run_dir: str | Path, per_sample: bool = False) -> dict[str, pd.DataFrame]:
     """A run's evaluation tables (and its per-sample table, where it was kept)."""
     run_dir = Path(run_dir)
     tables = {t.removesuffix(".csv"): read_table(run_dir / t) for t in RUN_TABLES}
+    if (run_dir / "halting.csv").is_file():
+        tables["halting"] = read_table(run_dir / "halting.csv")
     if per_sample and (run_dir / "per_sample.csv.gz").exists():
         tables["per_sample"] = read_table(run_dir / "per_sample.csv.gz")
     return tables

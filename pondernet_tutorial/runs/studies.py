@@ -12,8 +12,14 @@ the other is training, then waits for them), and a run killed half-way is traine
 Layout of a results folder (the shipped one is ``pondernet_tutorial/pretrained``)::
 
     <experiment>/<variant>/seed<k>/   model.safetensors, history.csv, metadata.json, evaluation.json,
-                                      summary.csv, per_step.csv, per_class.csv, per_sample.csv.gz
-    studies/<study>/                  runs.csv, summary.csv, per_step.csv, per_class.csv, study.json
+                                      summary.csv, per_step.csv, per_class.csv, per_sample.csv.gz,
+                                      halting.csv, halting.json (tasks with a difficulty k)
+    studies/<study>/                  runs.csv, summary.csv, per_step.csv, per_class.csv, halting.csv,
+                                      study.json
+
+``halting.csv`` holds, per run and test set, how the steps follow the difficulty over fresh draws of
+the halting coins (:func:`~pondernet_tutorial.analysis.difficulty.halting_table`): drawn once, when a
+run is evaluated, so that the chapters read the same intervals instead of drawing coins at every build.
 """
 
 from __future__ import annotations
@@ -256,7 +262,7 @@ def run_one(
     """
     import torch
 
-    from .evaluation import evaluate_run, tables_up_to_date
+    from .evaluation import evaluate_halting, evaluate_run, halting_up_to_date, tables_up_to_date
     from .files import FolderLockedError
     from .training import completed_run, read_metadata, train
 
@@ -276,6 +282,9 @@ def run_one(
                         f"{run_dir} holds another configuration ({'; '.join(differences)}); pass --overwrite to retrain it."
                     )
             if not overwrite and not reevaluate and tables_up_to_date(config, limit):
+                if not halting_up_to_date(config, limit):  # the tables are kept; only the coins are drawn
+                    say(f"== drawing halting coins {run_dir}", flush=True)
+                    evaluate_halting(config, limit=limit, overwrite=True)
                 return {"run_dir": str(run_dir), "seconds": 0.0, "done": "reused"}
             if overwrite or completed_run(run_dir, config, warn=False) is None:  # train() warns
                 say(f"== training {run_dir}", flush=True)
@@ -285,6 +294,7 @@ def run_one(
                 return {"run_dir": str(run_dir), "seconds": 0.0, "done": "joined"}
             say(f"== evaluating {run_dir}", flush=True)
             evaluate_run(config, limit=limit, overwrite=True, module=module)
+            evaluate_halting(config, limit=limit, overwrite=True, module=module)
     except FolderLockedError:
         say(f"== later: {run_dir} (another process is training or evaluating it)", flush=True)
         return {"run_dir": str(run_dir), "seconds": 0.0, "done": "busy"}
@@ -445,7 +455,8 @@ _OPTIONS = list(dict.fromkeys(name for options in METHOD_OPTIONS.values() for na
 def write_study_tables(
     study: Study, root: Path, quick: bool = False, configs: list[TrainConfig] | None = None, **info
 ) -> dict[str, pd.DataFrame]:
-    """Concatenate the study's per-run tables into ``<root>/studies/<study>/``.
+    """Concatenate the study's per-run tables into ``<root>/studies/<study>/`` (``halting`` where every
+    run has one: the tasks with a difficulty).
 
     ``configs``: the study's runs as :func:`reproduce` planned them (default: the study's own, in
     ``root``).
@@ -458,7 +469,7 @@ def write_study_tables(
     from .training import read_metadata
 
     out = root / "studies" / study.name
-    collected = {"summary": [], "per_step": [], "per_class": []}
+    collected = {"summary": [], "per_step": [], "per_class": [], "halting": []}
     runs = []
     for config in configs:
         columns = _run_columns(config, root)
@@ -479,6 +490,8 @@ def write_study_tables(
         for name, table in load_run_tables(config.run_dir).items():
             collected[name].append(table.assign(**columns))
     tables = {"runs": pd.DataFrame(runs)}
+    if len(collected["halting"]) < len(configs):  # none, or not every run's: no study table of it
+        collected.pop("halting")
     tables.update({name: pd.concat(frames, ignore_index=True) for name, frames in collected.items()})
     if "degrees" in tables["summary"]:  # rotated test sets: both directions and their mean per |θ|
         tables["per_angle"] = per_angle(tables["summary"])
@@ -486,6 +499,7 @@ def write_study_tables(
     record.update(info)
     with folder_lock(out, wait=True, doing="writing its tables"):
         (out / "study.json").unlink(missing_ok=True)  # written last, it vouches for the tables
+        (out / "halting.csv").unlink(missing_ok=True)  # not left from an earlier sweep
         for name, table in tables.items():
             write_csv(out / f"{name}.csv", table, index=False, float_format="%.6g")
         write_json(out / "study.json", record)
@@ -518,8 +532,8 @@ def prune_for_shipping(studies, root: Path, plan: dict[str, list[TrainConfig]] |
 
 
 def load_study(name: str, root: str | Path | None = None) -> dict[str, pd.DataFrame]:
-    """A study's tables (``runs``, ``summary``, ``per_step``, ``per_class``, and ``per_angle`` for MNIST)
-    and its ``study.json``."""
+    """A study's tables (``runs``, ``summary``, ``per_step``, ``per_class``; ``per_angle`` for MNIST;
+    ``halting`` for the tasks with a difficulty) and its ``study.json``."""
 
     folder = Path(root or PRETRAINED_DIR) / "studies" / name
     if not folder.is_dir():
@@ -527,7 +541,7 @@ def load_study(name: str, root: str | Path | None = None) -> dict[str, pd.DataFr
             f"no tables of study {name!r} in {folder.parent}: run `python -m pondernet_tutorial reproduce "
             f"--study {name}`."
         )
-    names = ("runs", "summary", "per_step", "per_class", "per_angle")
+    names = ("runs", "summary", "per_step", "per_class", "per_angle", "halting")
     record = read_json(folder / "study.json")
     if record is None:
         raise FileNotFoundError(

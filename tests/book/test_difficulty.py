@@ -21,11 +21,12 @@ import pandas as pd
 import pytest
 
 from pondernet_tutorial.analysis.difficulty import (
+    ACCURACY_UNDETERMINED,
     BETWEEN,
     FIXED,
     FOLLOWS,
     ONE_STEP,
-    UNDETERMINED,
+    RHO_UNDETERMINED,
     UNSOLVED,
     WRONG,
     Rules,
@@ -93,16 +94,16 @@ def test_per_difficulty_by_hand():
 def test_verdict_rules():
     rules = Rules(follows=0.8, flat=0.3, spread=0.5)
     assert verdict(True, [0.9, 0.85, 0.95], [2, 2, 2], rules) == FOLLOWS
-    assert verdict(True, [0.9, 0.79, 0.95], [2, 2, 2], rules) == UNDETERMINED  # straddles 0.8
+    assert verdict(True, [0.9, 0.79, 0.95], [2, 2, 2], rules) == RHO_UNDETERMINED  # straddles 0.8
     assert verdict(True, [0.5, 0.7], [2, 2], rules) == BETWEEN
     assert verdict(True, [0.1, -0.2, 0.25], [2, 2, 2], rules) == FIXED  # steps vary, not with k
     assert verdict(True, [-0.59, -0.37], [2, 2], rules) == WRONG  # harder inputs, fewer steps
-    assert verdict(True, [-0.4, -0.2], [2, 2], rules) == UNDETERMINED  # straddles −0.3
-    assert verdict(True, [0.9, float("nan")], [2, 0.0], rules) == UNDETERMINED  # one follows, one fixed
+    assert verdict(True, [-0.4, -0.2], [2, 2], rules) == RHO_UNDETERMINED  # straddles −0.3
+    assert verdict(True, [0.9, float("nan")], [2, 0.0], rules) == RHO_UNDETERMINED  # one follows, one fixed
     assert verdict(True, [float("nan"), 0.6], [0.0, 0.3], rules) == FIXED  # steps nearly constant
     assert verdict(True, [float("nan")], [0.0], rules) == FIXED
     assert verdict(False, [0.9, 0.9], [2, 2], rules) == UNSOLVED
-    assert verdict(None, [0.9, 0.9], [2, 2], rules) == UNDETERMINED
+    assert verdict(None, [0.9, 0.9], [2, 2], rules) == ACCURACY_UNDETERMINED
     with pytest.raises(ValueError):
         verdict(True, [0.9], [1.0, 2.0], rules)
 
@@ -128,7 +129,7 @@ def test_a_figure_moved_within_its_interval_cannot_flip_a_verdict(seed):
         halting_verdict((low, low), 2.0, rules),
         halting_verdict((high, high), 2.0, rules),
     }
-    if decided == UNDETERMINED:
+    if decided == RHO_UNDETERMINED:
         assert len(points) > 1  # undetermined only where the interval straddles a threshold
     else:
         assert points == {decided}
@@ -184,13 +185,13 @@ def test_judge_solves_within_the_margin_of_the_best():
     assert configs.loc["act", "verdict"] == FIXED and configs.loc["one", "verdict"] == UNSOLVED
     configs, _ = judge(table, chance=0.5, rules=Rules(margin=0.005))
     assert configs.loc["act", "solves"] is None  # one seed above 0.99, one below
-    assert configs.loc["act", "verdict"] == UNDETERMINED
+    assert configs.loc["act", "verdict"] == ACCURACY_UNDETERMINED
     coins = table.assign(rho_low=table["rho"] - 0.1, rho_high=table["rho"])  # a coin interval per seed
     configs, _ = judge(coins, chance=0.5, rules=Rules(margin=0.01))
-    assert configs.loc["ponder", "verdict"] == UNDETERMINED  # 0.75 to 0.90 straddles 0.8
+    assert configs.loc["ponder", "verdict"] == RHO_UNDETERMINED  # 0.75 to 0.90 straddles 0.8
     configs, setting = judge(table.assign(accuracy=table["accuracy"] - 0.4), chance=0.5)
     assert setting["learned"] is None  # the best's seeds, 0.60 and 0.59, straddle chance + 0.10
-    assert configs["verdict"].eq(UNDETERMINED).all()
+    assert configs["verdict"].eq(ACCURACY_UNDETERMINED).all()
     configs, setting = judge(table.assign(accuracy=table["accuracy"] - 0.45), chance=0.5)
     assert setting["learned"] is False and configs["verdict"].eq(UNSOLVED).all()
     table.loc[table["config"] == "one", "accuracy"] = 0.99
