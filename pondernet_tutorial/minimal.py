@@ -3,7 +3,7 @@
 The chapter "PonderNet in 40 lines" shows this module. The rest of the package computes the same
 quantities for any step function and any halting method, with argument checks, early exit and
 Lightning around them (``halting.py``, ``losses.py``, ``methods/pondernet.py``, ``steps/parity.py``);
-``tests/test_minimal.py`` checks that both give the same ``p_n`` and the same loss.
+``tests/core/test_minimal.py`` checks that both give the same ``p_n`` and the same loss.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def sample_halting_step(z, generator=None):  # z (N, B) -> T (B,)
     return heads.float().argmax(0) + 1  # the first heads
 
 
-def train_on_parity(model, updates, lr=3e-3, generator=None):
+def train_on_parity(model, updates, lr=3e-3, beta=0.01, generator=None):
     """Adam on fresh parity batches of 128; each update's loss."""
     from .data.parity import parity_batch
 
@@ -76,7 +76,7 @@ def train_on_parity(model, updates, lr=3e-3, generator=None):
     losses = []
     for _ in range(updates):
         x, y, _ = parity_batch(128, n, (1, n), generator)
-        loss = ponder_loss(*model(x), y)
+        loss = ponder_loss(*model(x), y, beta=beta)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

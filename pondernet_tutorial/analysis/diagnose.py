@@ -1,4 +1,5 @@
-"""Does a model ponder? A short diagnosis from one full unroll of a PonderNet model."""
+"""Does a model ponder? A short diagnosis from one full unroll of a PonderNet model, with the verdict
+of the book's rules (:mod:`~pondernet_tutorial.analysis.difficulty`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from .difficulty import spearman
+from .difficulty import FIXED, Rules, halting_verdict, spearman
+
+NO_VERDICT = "no verdict without a difficulty"
 
 
 @dataclass
@@ -17,25 +20,40 @@ class Diagnosis:
     mass_at_n: float  # mean p_N: the share of the halting mass left on the last step
     rho: float | None  # Spearman ρ between E[n] and the difficulty the user supplies
     distribution: list[float]  # mean p_n over the batch, n = 1..N
+    prior_mean: float | None  # Σ_n n·p_G(n) over 1..N: where the KL term pulls E[n] (PonderNet only)
+    beyond: float | None  # mean of E[n] − difficulty: the steps taken past it, if it counts steps
+    verdict: str  # rule 3 of the book: follows difficulty, in between, fixed depth, wrong direction
+
+
+def _method(model):
+    inner = getattr(model, "model", None)
+    return inner if isinstance(inner, torch.nn.Module) else model  # the method inside a LitModule
 
 
 @torch.no_grad()
-def diagnose(model, x, difficulty=None, show: bool = True) -> Diagnosis:
+def diagnose(model, x, difficulty=None, show: bool = True, rules: Rules | None = None) -> Diagnosis:
     """Diagnose whether ``model`` (a PonderNet) ponders on the batch ``x``.
 
     Args:
         model: a :class:`~pondernet_tutorial.PonderNet`, in training or eval mode, or a
             :class:`~pondernet_tutorial.PonderLitModule` around one (what ``fit`` returns); or any module
             whose forward pass returns ``log_p`` of shape ``(N, B)``.
-        x: a batch of ``B`` inputs the model accepts.
-        difficulty: optional ``(B,)`` difficulty of each input (any numbers, higher is harder).
+        x: a batch of ``B`` inputs the model accepts (at least one).
+        difficulty: optional ``(B,)`` difficulty of each input (higher is harder). When it counts the
+            steps an input needs, ``beyond`` is the mean number of steps taken past them.
+        rules: the thresholds of the verdict (default: the book's :class:`Rules`).
+
+    The verdict is the book's rule 3 on one model: *fixed depth* when ``E[n]`` varies by less than
+    ``rules.spread`` steps over the inputs, whatever ``ρ``; otherwise by ``ρ`` against the difficulty.
+    Accuracy is not judged here: a verdict on halting means something only for a model that solves
+    the task.
     """
     if isinstance(x, torch.Tensor) and (x.dim() == 0 or x.shape[0] == 0):
         raise ValueError(
             f"diagnose needs a batch of at least one input, got a tensor of shape {tuple(x.shape)}"
         )
-    inner = getattr(model, "model", None)
-    method = inner if isinstance(inner, torch.nn.Module) else model  # the method inside a LitModule
+    rules = rules or Rules()
+    method = _method(model)
     if hasattr(method, "evaluation_forward"):  # the full unroll over the evaluation's steps, any mode
         out = method.evaluation_forward(method.inference_input(x))
     else:
@@ -43,33 +61,53 @@ def diagnose(model, x, difficulty=None, show: bool = True) -> Diagnosis:
     if out.log_p is None:
         raise ValueError("diagnose needs a full unroll with log_p: call it on a PonderNet model")
     p = out.log_p.exp().float()  # (N, B)  p_n = λ_n ∏_{j<n}(1−λ_j)
+    if p.shape[1] == 0:
+        raise ValueError("diagnose needs a batch of at least one input: x is empty")
     if not torch.isfinite(p).all():
         raise ValueError("the halting distribution has non-finite values: check the model's halting logits")
     n = torch.arange(1, p.shape[0] + 1, dtype=p.dtype).unsqueeze(1)  # (N, 1)
     expected = (n * p).sum(0)  # (B,)  E[n] = Σ_n n·p_n
-    rho = None
+    spread = float(expected.std()) if expected.numel() > 1 else 0.0
+    rho = beyond = None
     if difficulty is not None:
-        d = torch.as_tensor(difficulty).flatten().cpu().numpy()
+        d = torch.as_tensor(difficulty).flatten().cpu().double()
         if len(d) != expected.shape[0]:
             raise ValueError(
                 f"difficulty has {len(d)} values for a batch of {expected.shape[0]}: give one per input"
             )
-        rho = float(spearman(pd.Series(d), pd.Series(expected.cpu().numpy())))
+        rho = float(spearman(pd.Series(d.numpy()), pd.Series(expected.cpu().numpy())))
+        beyond = float((expected.cpu().double() - d).mean())  # E[n] − difficulty
+    if difficulty is None and spread >= rules.spread:
+        verdict = NO_VERDICT
+    elif difficulty is None:
+        verdict = FIXED
+    else:
+        verdict = halting_verdict((rho, rho), spread, rules)  # NaN ρ (one E[n] for all): fixed depth
+    prior = method.halting_prior(p.shape[0]) if hasattr(method, "halting_prior") else None
+    prior_mean = None if prior is None else float((n.squeeze(1) * prior.to(n.dtype)).sum())  # Σ n·p_G(n)
     result = Diagnosis(
         mean_steps=float(expected.mean()),
-        spread=float(expected.std()) if expected.numel() > 1 else 0.0,
+        spread=spread,
         mass_at_n=float(p[-1].mean()),  # p_N: the remainder left at the last step
         rho=rho,
         distribution=p.mean(1).tolist(),
+        prior_mean=prior_mean,
+        beyond=beyond,
+        verdict=verdict,
     )
     if show:
-        print(
-            f"expected steps E[n] = {result.mean_steps:.2f} of N = {p.shape[0]}, spread {result.spread:.2f}"
-        )
+        prior_text = "" if prior_mean is None else f" (the prior's mean over 1..N: {prior_mean:.2f})"
+        print(f"expected steps E[n] = {result.mean_steps:.2f} of N = {p.shape[0]}{prior_text}")
+        print(f"spread of E[n] over the inputs: {spread:.2f} steps")
         print(
             "halting distribution, mean p_n for n = 1..N:", " ".join(f"{v:.2f}" for v in result.distribution)
         )
         print(f"mass at N: {result.mass_at_n:.3f}")
         if rho is not None:
             print(f"Spearman rho against your difficulty: {rho:.2f}")
+            print(f"steps beyond the difficulty, mean of E[n] - difficulty: {beyond:+.2f}")
+        print(
+            f"verdict: {verdict} (rules: fixed depth if the spread is below {rules.spread} or "
+            f"|rho| < {rules.flat}; follows difficulty if rho >= {rules.follows})"
+        )
     return result

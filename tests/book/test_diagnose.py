@@ -62,3 +62,54 @@ def test_the_printout_names_the_distribution(capsys):
     out = capsys.readouterr().out
     assert "halting distribution" in out and "0.33 0.33 0.33" in out
     assert "Spearman rho against your difficulty: 1.00" in out
+
+
+def steps_at(expected_steps, n_steps=8):
+    """A halting distribution (N, B) whose E[n] per sample is ``expected_steps`` (between 1 and 2)."""
+    e = torch.tensor(expected_steps, dtype=torch.float32)
+    p = torch.full((n_steps, len(e)), 1e-12)
+    p[0], p[1] = 2 - e, e - 1  # E[n] = 1·(2 − e) + 2·(e − 1) = e
+    return p
+
+
+def test_steps_that_barely_vary_are_a_fixed_depth_even_with_a_high_rho():
+    # E[n] rises with the difficulty (ρ = 1) but by a fraction of a step: the book's rule calls it a
+    # fixed depth, and diagnose must say so instead of leaving the reader with ρ alone
+    d = diagnose(Fixed(steps_at([1.2, 1.3, 1.4, 1.5])), None, difficulty=[1, 2, 3, 4], show=False)
+    assert d.rho == pytest.approx(1.0)
+    assert d.spread < 0.5
+    assert d.verdict == "fixed depth"
+
+
+def test_steps_that_rise_with_the_difficulty_follow_it_and_beyond_counts_the_wait():
+    p = torch.eye(4)  # sample i halts surely at step i + 1
+    d = diagnose(Fixed(p), None, difficulty=[0, 1, 2, 3], show=False)
+    assert d.verdict == "follows difficulty"
+    assert d.beyond == pytest.approx(1.0)  # one step past what each input needs
+    assert diagnose(Fixed(p), None, difficulty=[3, 2, 1, 0], show=False).verdict == "wrong direction"
+    assert diagnose(Fixed(p), None, show=False).verdict == "no verdict without a difficulty"
+    assert diagnose(Fixed(steps_at([1.2, 1.3])), None, show=False).verdict == "fixed depth"
+
+
+def test_the_prior_mean_is_the_truncated_geometric_mean_and_is_printed(capsys):
+    from pondernet_tutorial import ParityStep, PonderLitModule
+
+    module = PonderLitModule(
+        ParityStep,
+        2,
+        step_options={"n_elements": 4, "hidden_size": 8},
+        method_options={"max_steps": 5, "lambda_p": 0.5},
+    )
+    d = diagnose(module, torch.randn(6, 4), difficulty=list(range(6)))
+    prior = torch.tensor([0.5**n for n in range(1, 6)])
+    prior = prior / prior.sum()  # the prior renormalised over 1..N, as the KL sees it
+    assert d.prior_mean == pytest.approx(float((torch.arange(1, 6) * prior).sum()), rel=1e-5)
+    out = capsys.readouterr().out
+    assert f"the prior's mean over 1..N: {d.prior_mean:.2f}" in out
+    assert f"verdict: {d.verdict}" in out
+    assert diagnose(Fixed(torch.eye(3)), None, show=False).prior_mean is None
+
+
+def test_an_empty_batch_is_refused():
+    with pytest.raises(ValueError, match="at least one input"):
+        diagnose(Fixed(torch.ones(3, 0)), None, show=False)
