@@ -314,7 +314,7 @@ def evaluate_halting(
                 "(`python -m pondernet_tutorial reproduce --reevaluate`)."
             )
         datamodule, record = _datamodule_and_record(config, limit, seed, None)
-        module = module if module is not None else load_model(run_dir / "model.pt", config=config)
+        module = module if module is not None else load_model(run_dir / WEIGHTS, config=config)
         table = halting_table(module, datamodule.evaluation_sets(), read_table(run_dir / "per_sample.csv.gz"))
         (run_dir / "halting.json").unlink(missing_ok=True)
         write_csv(run_dir / "halting.csv", table, index=False, float_format="%.6g")
