@@ -1,0 +1,105 @@
+"""Read the built book's prose and fail on the marks of a sentence filled in from a template.
+
+    python tools/check_prose.py _build/html
+
+The prose of each page (its paragraphs, list items and table cells, outside code and math) is
+searched for:
+
+* **a verdict used as a noun after "is"**: "is follows difficulty", "is does not solve", "is wrong
+  direction", "is fixed depth" (a person writes "follows the difficulty", "has a fixed depth");
+* **a possessive after a glued label**: "'s is", or "'s" after a space ("τ=0.01 's");
+* **a literal backtick**: Markdown that did not render (a backtick inside a role's text, say);
+* **a sentence without its number**: a space before a punctuation mark that ends a clause
+  ("is , and"), left where a glued value was missing.
+
+Exit status 0 when every page is clean, 1 when any page has a fault (each printed as
+``page: fault: "the text around it"``), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+SKIPPED_FOLDERS = {"_static", "_sources", "_images", "_downloads", "_modules"}
+PROSE_TAGS = {"p", "li", "td", "th", "dd", "figcaption", "caption", "h1", "h2", "h3", "h4"}
+SKIPPED_TAGS = {"pre", "code", "script", "style", "math", "nav", "header", "footer", "kbd", "samp"}
+VERDICT_NOUNS = ("follows difficulty", "does not solve", "wrong direction", "fixed depth")
+FAULTS = {
+    "a verdict used as a noun after 'is'": re.compile(
+        r"\bis\s+\*?(?:" + "|".join(VERDICT_NOUNS) + r")\b", re.IGNORECASE
+    ),
+    "a possessive after a glued label": re.compile(r"(?:'s\s+is\b|\s's\b|\s’s\b)"),
+    "a literal backtick": re.compile(r"`"),
+    "a missing number": re.compile(r"\s[,;:.](?=\s|$)"),
+}
+
+
+class Prose(HTMLParser):
+    """The text of a page's prose elements, one string per element, without code or math."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.skip = 0
+        self.depth = 0
+        self.current: list[str] = []
+        self.blocks: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        classes = dict(attrs).get("class") or ""
+        if tag in SKIPPED_TAGS or "math" in classes.split() or "highlight" in classes:
+            self.skip += 1
+        elif tag in PROSE_TAGS:
+            if self.depth:
+                self.current.append(" ")
+            self.depth += 1
+
+    def handle_endtag(self, tag):
+        if tag in SKIPPED_TAGS and self.skip:
+            self.skip -= 1
+        elif tag in PROSE_TAGS and self.depth:
+            self.depth -= 1
+            if not self.depth:
+                self.blocks.append(" ".join("".join(self.current).split()))
+                self.current = []
+
+    def handle_data(self, data):
+        if self.depth and not self.skip:
+            self.current.append(data)
+
+
+def page_faults(html: str) -> list[tuple[str, str]]:
+    """``(fault, context)`` for each fault in a page's prose."""
+    parser = Prose()
+    parser.feed(html)
+    found = []
+    for block in parser.blocks:
+        for name, pattern in FAULTS.items():
+            for match in pattern.finditer(block):
+                start, end = max(0, match.start() - 40), min(len(block), match.end() + 40)
+                found.append((name, block[start:end]))
+    return found
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("html", type=Path, help="the built book's HTML folder (_build/html)")
+    args = parser.parse_args(argv)
+    if not args.html.is_dir():
+        print(f"no such folder: {args.html}: build the book first (jupyter-book build .)", file=sys.stderr)
+        return 2
+    pages = [p for p in sorted(args.html.rglob("*.html")) if not SKIPPED_FOLDERS & set(p.parts)]
+    faults = 0
+    for page in pages:
+        for name, context in page_faults(page.read_text(encoding="utf-8")):
+            faults += 1
+            print(f'{page.relative_to(args.html)}: {name}: "{context}"')
+    print(f"{len(pages)} pages read, {faults} faults in their prose")
+    return 1 if faults else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
