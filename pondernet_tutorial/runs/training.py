@@ -57,6 +57,7 @@ class History(Callback):
         self.rows: list[dict] = []
         self.restored = 0  # rows restored from a checkpoint (a resumed run)
         self.started = False
+        self._start = self._trained = None  # this epoch's start; its training steps' time
 
     def state_dict(self) -> dict:
         return {"rows": [dict(row) for row in self.rows]}
@@ -85,7 +86,8 @@ class History(Callback):
         return time.perf_counter()
 
     def on_validation_start(self, trainer, pl_module):
-        if trainer.state.fn == "fit" and not trainer.sanity_checking and self._trained is None:
+        fitting = trainer.state.fn == "fit" and not trainer.sanity_checking
+        if fitting and self._start is not None and self._trained is None:
             self._trained = self._now(pl_module) - self._start
 
     def on_train_epoch_end(self, trainer, pl_module):
