@@ -53,8 +53,8 @@ def pick_accelerator() -> str:
     return "cpu"
 
 
-# myst-nb's prefix for a glued value's MIME types (myst_nb.ext.glue.GLUE_PREFIX): Jupyter front ends
-# know no such type and show nothing, myst-nb reads it.
+# myst-nb's prefix for a glued value's MIME types (myst_nb.ext.glue.GLUE_PREFIX): a record for myst-nb
+# and tools/colab_copies.py, of types no notebook front end has a renderer for.
 GLUE_PREFIX = "application/papermill.record/"
 
 
