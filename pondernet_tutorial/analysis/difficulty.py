@@ -41,7 +41,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..runs.evaluation import _spearman as spearman
+
+def spearman(a: pd.Series, b: pd.Series) -> float:
+    """Spearman's rank correlation (Pearson's of the average ranks); NaN if either is constant."""
+    ra, rb = a.rank(), b.rank()
+    if ra.nunique() < 2 or rb.nunique() < 2:
+        return float("nan")
+    return float(ra.corr(rb))
+
 
 RUN_KEYS = ("experiment", "variant", "seed")
 FOLLOWS, FIXED, BETWEEN, UNSOLVED = "follows difficulty", "fixed depth", "in between", "does not solve"

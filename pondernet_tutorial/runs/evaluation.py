@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from ..analysis.difficulty import spearman
 from ..data.base import EvalSet
 from ..losses import per_sample_loss
 from .config import WEIGHTS, TrainConfig, identity_differences
@@ -92,14 +93,6 @@ def evaluate(module, eval_sets: list[EvalSet], seed: int = 0) -> tuple[pd.DataFr
     return pd.concat(per_sample, ignore_index=True), pd.concat(per_step, ignore_index=True)
 
 
-def _spearman(a: pd.Series, b: pd.Series) -> float:
-    """Spearman's rank correlation (Pearson's of the average ranks); NaN if either is constant."""
-    ra, rb = a.rank(), b.rank()
-    if ra.nunique() < 2 or rb.nunique() < 2:
-        return float("nan")
-    return float(ra.corr(rb))
-
-
 def summarize(per_sample: pd.DataFrame, by: tuple[str, ...] = ("set",)) -> pd.DataFrame:
     """Per group: accuracy, mean halting step, expected steps (mean and spread over samples), entropy
     and loss, the mean distance to the prior, the rank correlations of the expected steps with the
@@ -117,8 +110,8 @@ def summarize(per_sample: pd.DataFrame, by: tuple[str, ...] = ("set",)) -> pd.Da
             entropy=group["entropy"].mean(),
             loss=group["loss"].mean(),
             tv_prior=group["tv_prior"].mean() if "tv_prior" in group else float("nan"),
-            spearman_steps_entropy=_spearman(group["expected_steps"], group["entropy"]),
-            spearman_steps_loss=_spearman(group["expected_steps"], group["loss"]),
+            spearman_steps_entropy=spearman(group["expected_steps"], group["entropy"]),
+            spearman_steps_loss=spearman(group["expected_steps"], group["loss"]),
             steps_wrong=group.loc[~group["correct"], "expected_steps"].mean(),
             steps_right=group.loc[group["correct"], "expected_steps"].mean(),
             n=len(group),
