@@ -328,8 +328,7 @@ def _check_lock_file(lock: Path) -> None:
 
 def _locked_error(folder: Path, lock: Path, doing: str) -> FolderLockedError:
     return FolderLockedError(
-        f"{folder} is in use: another process is {doing} (lock {lock.name}); wait for it to finish, "
-        "or run again with waiting (reproduce waits)."
+        f"{folder} is in use: another process is {doing} (lock {lock.name}); run again when it has finished."
     )
 
 

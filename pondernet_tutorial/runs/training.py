@@ -412,9 +412,11 @@ def cannot_continue(run_dir: Path, reason) -> None:
 
 
 def _check_unfinished_folder(run_dir: Path) -> None:
-    """Raise ``CheckpointError`` unless every entry of the folder is one that a run writes: no link
-    anywhere (``logs`` or ``checkpoints`` pointing elsewhere would make Lightning write or delete there),
-    no FIFO or device, and only Lightning's own checkpoint files in ``checkpoints/``."""
+    """Raise ``CheckpointError`` unless every entry of the folder is one that a run writes: no link that
+    leads out of the folder (``logs`` or ``checkpoints`` pointing elsewhere would make Lightning write or
+    delete there; wandb's own ``latest-run`` link stays inside), no FIFO or device, and only Lightning's
+    own checkpoint files in ``checkpoints/``."""
+    inside = run_dir.resolve()
     entries = 0
     for folder, names, files in os.walk(run_dir):  # os.walk never follows links
         here = Path(folder)
@@ -424,7 +426,11 @@ def _check_unfinished_folder(run_dir: Path) -> None:
             info = os.lstat(path)
             relative = path.relative_to(run_dir)
             if stat.S_ISLNK(info.st_mode):
-                raise CheckpointError(f"{relative} is a symbolic link")
+                if relative.parts[0] != "logs" or inside not in path.resolve().parents:
+                    raise CheckpointError(
+                        f"{relative} is a symbolic link out of the run or in its checkpoints"
+                    )
+                continue
             if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
                 raise CheckpointError(f"{relative} is not a regular file")
             top = relative.parts[0]

@@ -145,6 +145,14 @@ def test_3_4_a_linked_logs_or_checkpoints_folder_is_never_written_through(
         assert {p.name: p.read_bytes() for p in outside.iterdir()} == before
 
 
+def test_a_link_inside_the_logs_that_stays_in_the_run_still_resumes(tmp_path, monkeypatch):
+    """wandb keeps a ``latest-run`` link in its logs, to a folder beside it: that is not an escape."""
+    config = stopped_run(tmp_path, monkeypatch)
+    (config.run_dir / "logs" / "latest-run").symlink_to("metrics.csv")
+    _, metadata = train(config)
+    assert metadata["resumed"]
+
+
 def test_9b_a_run_copied_to_another_folder_resumes_as_the_run_trained_in_one_go(tmp_path, monkeypatch):
     whole, whole_meta = train(tiny(tmp_path / "whole"))
     stopped = stopped_run(tmp_path / "there", monkeypatch)
