@@ -216,6 +216,12 @@ STUDIES: dict[str, Study] = {
                 for method in PAPER_LONG_METHODS
             ),
             ship="all",
+            # CI's quick runs: the experiments' quick budget, not 500 epochs with a patience of 100
+            quick_runs=tuple(
+                {"experiment": f"parity-paper16-{setting}", **method}
+                for setting in ("interpolation", "extrapolation")
+                for method in PAPER_LONG_METHODS
+            ),
         ),
         Study(
             "pointer",
