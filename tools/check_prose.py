@@ -7,7 +7,7 @@ searched for:
 
 * **a verdict used as a noun after "is"**: "is follows difficulty", "is does not solve", "is wrong
   direction", "is fixed depth" (a person writes "follows the difficulty", "has a fixed depth");
-* **a possessive after a glued label**: "'s is", or "'s" after a space ("τ=0.01 's");
+* **a possessive after a glued label**: "'s" after a space ("ACT τ=0.01 's is");
 * **a literal backtick**: Markdown that did not render (a backtick inside a role's text, say);
 * **a sentence without its number**: a space before a punctuation mark that ends a clause
   ("is , and"), left where a glued value was missing.
@@ -32,42 +32,63 @@ FAULTS = {
     "a verdict used as a noun after 'is'": re.compile(
         r"\bis\s+\*?(?:" + "|".join(VERDICT_NOUNS) + r")\b", re.IGNORECASE
     ),
-    "a possessive after a glued label": re.compile(r"(?:'s\s+is\b|\s's\b|\s’s\b)"),
+    "a possessive after a glued label": re.compile(r"\s['’]s\b"),
     "a literal backtick": re.compile(r"`"),
     "a missing number": re.compile(r"\s[,;:.](?=\s|$)"),
 }
 
 
 class Prose(HTMLParser):
-    """The text of a page's prose elements, one string per element, without code or math."""
+    """The text of a page's prose elements, one string per element. Code blocks and display math are
+    left out; inline code and math stand as the words ``CODE`` and ``MATH``, so that the sentence
+    around them reads whole."""
+
+    VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
-        self.skip = 0
-        self.depth = 0
+        self.stack: list[tuple[str, str]] = []  # open elements: (tag, "skip" / "inline" / "prose" / "")
         self.current: list[str] = []
         self.blocks: list[str] = []
 
+    def _skipping(self) -> bool:
+        return any(kind in ("skip", "inline") for _, kind in self.stack)
+
+    def _in_prose(self) -> bool:
+        return any(kind == "prose" for _, kind in self.stack)
+
     def handle_starttag(self, tag, attrs):
-        classes = dict(attrs).get("class") or ""
-        if tag in SKIPPED_TAGS or "math" in classes.split() or "highlight" in classes:
-            self.skip += 1
+        if tag in self.VOID:
+            return
+        classes = (dict(attrs).get("class") or "").split()
+        kind = ""
+        if self._skipping():
+            kind = "skip"
+        elif tag in ("code", "kbd", "samp") or "math" in classes:
+            kind = "inline" if self._in_prose() else "skip"
+            if kind == "inline":
+                self.current.append("MATH" if "math" in classes else "CODE")
+        elif tag in SKIPPED_TAGS or any(c.startswith("highlight") for c in classes):
+            kind = "skip"
         elif tag in PROSE_TAGS:
-            if self.depth:
+            kind = "prose"
+            if self._in_prose():
                 self.current.append(" ")
-            self.depth += 1
+        self.stack.append((tag, kind))
 
     def handle_endtag(self, tag):
-        if tag in SKIPPED_TAGS and self.skip:
-            self.skip -= 1
-        elif tag in PROSE_TAGS and self.depth:
-            self.depth -= 1
-            if not self.depth:
+        if not any(t == tag for t, _ in self.stack):
+            return  # a stray end tag
+        while self.stack:
+            open_tag, kind = self.stack.pop()
+            if kind == "prose" and not self._in_prose():
                 self.blocks.append(" ".join("".join(self.current).split()))
                 self.current = []
+            if open_tag == tag:
+                break
 
     def handle_data(self, data):
-        if self.depth and not self.skip:
+        if self._in_prose() and not self._skipping():
             self.current.append(data)
 
 

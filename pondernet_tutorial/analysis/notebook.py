@@ -78,6 +78,14 @@ def glue(name: str, value) -> None:
     display({GLUE_PREFIX + mime: data for mime, data in bundle.items()}, raw=True, metadata=metadata)
 
 
+def claim(holds, sentence: str) -> None:
+    """Check a qualitative claim that the page makes in a hand-written sentence (who is better, which
+    verdict, that nothing extrapolates) against the tables the page reads: the build fails, naming the
+    sentence, when the data no longer say it. Skipped in quick mode, whose tiny runs show nothing."""
+    if not quick_mode() and not bool(holds):
+        raise AssertionError(f"the page says {sentence!r}, and the tables no longer do: rewrite the sentence")
+
+
 def count(n: int, noun: str, plural: str | None = None) -> str:
     """``n`` and the noun in the right number: ``count(1, "run")`` is ``"1 run"``, ``count(3, "run")``
     ``"3 runs"``; ``plural`` for the irregular ones."""
