@@ -10,7 +10,9 @@ searched for:
 * **a possessive after a glued label**: "'s" after a space ("ACT τ=0.01 's is");
 * **a literal backtick**: Markdown that did not render (a backtick inside a role's text, say);
 * **a sentence without its number**: a space before a punctuation mark that ends a clause
-  ("is , and"), left where a glued value was missing.
+  ("is , and"), left where a glued value was missing;
+* **a paragraph made only of glued text**: a ``<p>`` whose words all come from glued values (myst-nb's
+  ``pasted-text``), so that no person wrote a word of it.
 
 Exit status 0 when every page is clean, 1 when any page has a fault (each printed as
 ``page: fault: "the text around it"``), 2 on bad input.
@@ -49,7 +51,10 @@ class Prose(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.stack: list[tuple[str, str]] = []  # open elements: (tag, "skip" / "inline" / "prose" / "")
         self.current: list[str] = []
+        self.own: list[str] = []  # the current block's text outside glued values
+        self.glued = False  # whether the current block holds glued text
         self.blocks: list[str] = []
+        self.glue_only: list[str] = []  # paragraphs whose words are all glued
 
     def _skipping(self) -> bool:
         return any(kind in ("skip", "inline") for _, kind in self.stack)
@@ -74,6 +79,9 @@ class Prose(HTMLParser):
             kind = "prose"
             if self._in_prose():
                 self.current.append(" ")
+        elif "pasted-text" in classes:
+            kind = "glued"
+            self.glued = True
         self.stack.append((tag, kind))
 
     def handle_endtag(self, tag):
@@ -82,14 +90,19 @@ class Prose(HTMLParser):
         while self.stack:
             open_tag, kind = self.stack.pop()
             if kind == "prose" and not self._in_prose():
-                self.blocks.append(" ".join("".join(self.current).split()))
-                self.current = []
+                block = " ".join("".join(self.current).split())
+                self.blocks.append(block)
+                if open_tag == "p" and self.glued and not re.search(r"[^\W\d_]", "".join(self.own)):
+                    self.glue_only.append(block)
+                self.current, self.own, self.glued = [], [], False
             if open_tag == tag:
                 break
 
     def handle_data(self, data):
         if self._in_prose() and not self._skipping():
             self.current.append(data)
+            if not any(kind == "glued" for _, kind in self.stack):
+                self.own.append(data)
 
 
 def page_faults(html: str) -> list[tuple[str, str]]:
@@ -102,6 +115,7 @@ def page_faults(html: str) -> list[tuple[str, str]]:
             for match in pattern.finditer(block):
                 start, end = max(0, match.start() - 40), min(len(block), match.end() + 40)
                 found.append((name, block[start:end]))
+    found += [("a paragraph made only of glued text", block[:80]) for block in parser.glue_only]
     return found
 
 

@@ -36,6 +36,15 @@ def test_each_mark_of_a_template_is_named():
     ]
 
 
+def test_a_paragraph_made_only_of_glued_text_is_named():
+    glued = '<span class="pasted-text">{}</span>'
+    only = "<p>" + glued.format("PonderNet solves it") + ", " + glued.format("99.9%") + ".</p>"
+    assert faults(only) == ["a paragraph made only of glued text"]
+    written = "<p>The network answers " + glued.format("99.9%") + " of the vectors.</p>"
+    assert faults(written) == []
+    assert faults("<table><tr><td>" + glued.format("99.9%") + "</td></tr></table>") == []  # a table cell
+
+
 def test_the_command_line(tmp_path, capsys):
     (tmp_path / "clean.html").write_text(CLEAN, encoding="utf-8")
     assert check.main([str(tmp_path)]) == 0
