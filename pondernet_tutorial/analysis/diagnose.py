@@ -48,10 +48,8 @@ def diagnose(model, x, difficulty=None, show: bool = True, rules: Rules | None =
     Accuracy is not judged here: a verdict on halting means something only for a model that solves
     the task.
     """
-    if isinstance(x, torch.Tensor) and (x.dim() == 0 or x.shape[0] == 0):
-        raise ValueError(
-            f"diagnose needs a batch of at least one input, got a tensor of shape {tuple(x.shape)}"
-        )
+    if isinstance(x, torch.Tensor) and x.dim() == 0:
+        raise ValueError("diagnose needs a batch of at least one input, got a tensor of shape ()")
     rules = rules or Rules()
     method = _method(model)
     if hasattr(method, "evaluation_forward"):  # the full unroll over the evaluation's steps, any mode
@@ -61,8 +59,8 @@ def diagnose(model, x, difficulty=None, show: bool = True, rules: Rules | None =
     if out.log_p is None:
         raise ValueError("diagnose needs a full unroll with log_p: call it on a PonderNet model")
     p = out.log_p.exp().float()  # (N, B)  p_n = λ_n ∏_{j<n}(1−λ_j)
-    if p.shape[1] == 0:
-        raise ValueError("diagnose needs a batch of at least one input: x is empty")
+    if p.shape[1] == 0:  # an empty batch, whatever the model takes as input
+        raise ValueError("diagnose needs a batch of at least one input, got an empty batch")
     if not torch.isfinite(p).all():
         raise ValueError("the halting distribution has non-finite values: check the model's halting logits")
     n = torch.arange(1, p.shape[0] + 1, dtype=p.dtype).unsqueeze(1)  # (N, 1)
