@@ -25,11 +25,10 @@ import lightning as L
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from host_time import synthetic_mnist  # noqa: E402
-from throughput import time_fit  # noqa: E402
+from host_time import synthetic_mnist, timed_training  # noqa: E402
 
 from pondernet_tutorial.fit import fit  # noqa: E402
-from pondernet_tutorial.runs.build import make_datamodule, make_module  # noqa: E402
+from pondernet_tutorial.runs.build import make_datamodule  # noqa: E402
 from pondernet_tutorial.runs.config import TrainConfig  # noqa: E402
 from pondernet_tutorial.runs.cuda_graph import CudaGraphs, GraphedPonderLitModule, GraphedStep  # noqa: E402
 
@@ -40,20 +39,10 @@ def speed(experiment: str, paths: dict, warmup: int, timed: int) -> dict:
     """Training samples per second of each path ``name -> (compiled, graphed)``."""
     out = {}
     for name, (compiled, graphed) in paths.items():
-        L.seed_everything(0, verbose=False)
-        config = TrainConfig(experiment=experiment, compile=compiled)
-        module = make_module(config, graphed=graphed)
-        result = time_fit(
-            module,
-            datamodule=make_datamodule(config),
-            warmup=warmup,
-            timed=timed,
-            batch_size=config.batch_size,
-            device="cuda",
-        )
+        module, result = timed_training(experiment, compiled, graphed, "cuda", warmup, timed)
         out[name] = {
             "samples_s": round(result["img_s"], 1),
-            "ms_per_step": round(1000 * config.batch_size / result["img_s"], 3),
+            "ms_per_step": round(result["ms_per_step"], 3),
             "warmup_s": round(result["warmup_s"], 2),
             "replays": getattr(module, "graph_replays", 0),
         }

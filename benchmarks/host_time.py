@@ -64,12 +64,17 @@ def synthetic_mnist(monkeypatch_target) -> None:
     monkeypatch_target.download_mnist = lambda data_dir=None: None
 
 
-def host_ms(experiment: str, accelerator: str, warmup: int, timed: int) -> float:
+def timed_training(
+    experiment: str, compiled: bool, graphed: bool, device: str, warmup: int, timed: int, graphs=None
+):
+    """The package's module for ``experiment``, trained for ``warmup`` then ``timed`` steps on
+    ``device`` (``graphs``: a stand-in for its CUDA graphs), and ``time_fit``'s result with the step's
+    milliseconds added: ``(module, result)``."""
     L.seed_everything(0, verbose=False)
-    config = TrainConfig(experiment=experiment, compile=False)
-    module = make_module(config, graphed=True)
-    module.graphs = NoReplayGraphs()
-    device = "cuda" if accelerator == "gpu" else "cpu"
+    config = TrainConfig(experiment=experiment, compile=compiled)
+    module = make_module(config, graphed=graphed)
+    if graphs is not None:
+        module.graphs = graphs
     result = time_fit(
         module,
         datamodule=make_datamodule(config),
@@ -78,7 +83,14 @@ def host_ms(experiment: str, accelerator: str, warmup: int, timed: int) -> float
         batch_size=config.batch_size,
         device=device,
     )
-    return 1000 * config.batch_size / result["img_s"]
+    result["ms_per_step"] = 1000 * config.batch_size / result["img_s"]
+    return module, result
+
+
+def host_ms(experiment: str, accelerator: str, warmup: int, timed: int) -> float:
+    device = "cuda" if accelerator == "gpu" else "cpu"
+    _, result = timed_training(experiment, False, True, device, warmup, timed, graphs=NoReplayGraphs())
+    return result["ms_per_step"]
 
 
 def main(argv=None) -> dict:

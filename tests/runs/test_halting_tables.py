@@ -15,6 +15,7 @@ import json
 
 import pandas as pd
 import pytest
+from test_training import tiny as training_tiny
 
 from pondernet_tutorial.analysis.difficulty import (
     COIN_DRAWS,
@@ -23,7 +24,7 @@ from pondernet_tutorial.analysis.difficulty import (
     halting_by_run,
     span,
 )
-from pondernet_tutorial.runs.config import PRETRAINED_DIR, TrainConfig
+from pondernet_tutorial.runs.config import PRETRAINED_DIR
 from pondernet_tutorial.runs.evaluation import halting_up_to_date
 from pondernet_tutorial.runs.studies import Study, get_study, load_study, run_one, write_study_tables
 
@@ -37,18 +38,8 @@ K_STUDIES = (
 
 
 def tiny(tmp_path, **kwargs):
-    values = dict(
-        experiment="parity-interpolation",
-        output_dir=str(tmp_path),
-        progress_bar=False,
-        epochs=1,
-        train_subset=256,
-        step_options={"hidden_size": 16},
-        max_steps=6,
-        compile=False,
-    )
-    values.update(kwargs)
-    return TrainConfig(**values)
+    """test_training's tiny parity run, one epoch."""
+    return training_tiny(tmp_path, **{"epochs": 1, **kwargs})
 
 
 def test_run_one_draws_the_coins_once(tmp_path):
