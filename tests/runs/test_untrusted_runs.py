@@ -17,12 +17,13 @@ import test_faults
 import torch
 from test_resume import EPOCHS, stop_at_epoch
 
-from pondernet_tutorial.fit import TrainingDivergedError, fit
+from pondernet_tutorial.fitting import TrainingDivergedError, fit
 from pondernet_tutorial.runs import cli
 from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model, load_pretrained
 from pondernet_tutorial.runs.config import WEIGHTS, TrainConfig
 from pondernet_tutorial.runs.processes import Interrupted
-from pondernet_tutorial.runs.training import RESUME_FILE, train
+from pondernet_tutorial.runs.resume import RESUME_FILE
+from pondernet_tutorial.runs.training import train
 
 
 def tiny(root, **kwargs) -> TrainConfig:
