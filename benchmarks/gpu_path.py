@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from host_time import synthetic_mnist, timed_training  # noqa: E402
 
-from pondernet_tutorial.fit import fit  # noqa: E402
+from pondernet_tutorial.fitting import fit  # noqa: E402
 from pondernet_tutorial.runs.build import make_datamodule  # noqa: E402
 from pondernet_tutorial.runs.config import TrainConfig  # noqa: E402
 from pondernet_tutorial.runs.cuda_graph import CudaGraphs, GraphedPonderLitModule, GraphedStep  # noqa: E402

@@ -11,7 +11,7 @@ What the book teaches, in reading order:
   :data:`pondernet_tutorial.methods.METHODS`;
 * ``data/``: the tasks' generators (no Lightning), and their Lightning data modules in
   :mod:`~pondernet_tutorial.data.modules`;
-* :mod:`~pondernet_tutorial.lightning_module` and :mod:`~pondernet_tutorial.fit`: one plain
+* :mod:`~pondernet_tutorial.lightning_module` and :mod:`~pondernet_tutorial.fitting`: one plain
   LightningModule and the standard way to train it.
 
 The rest serves the book's experiments and is not needed to use PonderNet:
@@ -33,8 +33,6 @@ but not Lightning.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 
 __version__ = "0.3.0"
 
@@ -53,7 +51,7 @@ _EXPORTS = {
     "ReconstructionLoss": "losses",
     "RegularizationLoss": "losses",
     "PonderLitModule": "lightning_module",
-    "fit": "fit",
+    "fit": "fitting",
     "MNISTDataModule": "data.modules",
     "ParityDataModule": "data.modules",
     "PointerDataModule": "data.modules",
@@ -72,17 +70,3 @@ def __getattr__(name: str):
     if name in _EXPORTS:
         return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
     raise AttributeError(f"module 'pondernet_tutorial' has no attribute {name!r}")
-
-
-class _Package(types.ModuleType):
-    """The package's module, which keeps a public name when a submodule has the same name: importing
-    ``pondernet_tutorial.fit`` (the module) would otherwise bind it over ``fit`` (the function), and
-    ``from pondernet_tutorial import fit`` would return the module."""
-
-    def __setattr__(self, name, value):
-        if name in _EXPORTS and isinstance(value, types.ModuleType):
-            return  # the import system binding a submodule: it stays in sys.modules
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -1,26 +1,23 @@
-"""The LightningModule: any step function under any halting method, its optimiser and its metrics.
+"""The LightningModule: any step function under any halting method, trained with the method's loss.
 
-Nothing here knows the task: the step function (by name or factory), the number of classes, the
-halting method and the per-sample loss are arguments, saved as plain hyperparameters so that a
-checkpoint can rebuild the module (:mod:`~pondernet_tutorial.runs.checkpoints`).
+``training_step`` runs the method's full unroll and its loss; validation and test run the same unroll
+and score the answer at the halting step that inference takes (PonderNet's coins from a seeded
+generator, so that they are reproducible). Adam optimises, with a plateau schedule where there is
+validation. Each stage's means are torchmetrics, logged once an epoch.
 
-A training step never makes the host wait for the device: every method unrolls all its steps
-(:meth:`~pondernet_tutorial.methods.base.PonderingMethod.fit_forward`), training flips no coin and logs
-expectations instead (the expected accuracy ``Σ_n p_n 1[ŷ_n = y]`` and ``E[n]``), and the metrics add up
-on the device. So the step compiles into one graph (``torch.compile``, on by default in the shipped
-experiments). Validation and test draw their halting coins from a generator of their own, seeded, so
-they are reproducible.
-
-This module uses Lightning's automatic optimisation and nothing else. Replaying the training step
-from one CUDA graph is the run machinery's business: a subclass,
-:class:`~pondernet_tutorial.runs.cuda_graph.GraphedPonderLitModule`, that ``train()`` picks on one
-CUDA device.
+The step function, the number of classes, the halting method and the per-sample loss are arguments,
+saved as plain hyperparameters so that a model file can rebuild the module
+(:mod:`~pondernet_tutorial.runs.checkpoints`). Training logs expectations (the expected accuracy
+``Σ_n p_n 1[ŷ_n = y]`` and ``E[n]``) instead of flipping coins, so that a step never waits for the
+device and compiles into one graph (``compile=True``); replaying it from one CUDA graph is the run
+machinery's (:class:`~pondernet_tutorial.runs.cuda_graph.GraphedPonderLitModule`).
 """
 
 from __future__ import annotations
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
 
@@ -168,17 +165,16 @@ class PonderLitModule(L.LightningModule):
             "expected_steps": out.expected_steps,
         }
 
-    def _record(self, values: dict[str, Tensor], batch_size: int, attribute: str) -> None:
+    @staticmethod
+    def _record(values: dict[str, Tensor], batch_size: int, metrics: MetricCollection) -> None:
         """Add a batch's values to the stage's metrics, on the device: nothing waits."""
-        metrics = self.get_submodule(attribute)
         for name, value in values.items():
             value = value.detach()
             metrics[name].update(value if value.dim() else value.expand(batch_size))  # per sample
 
-    def _log_epoch(self, attribute: str, prefix: str) -> None:
+    def _log_epoch(self, metrics: MetricCollection, prefix: str) -> None:
         """Log a stage's means once for the epoch (``<prefix>/<name>``) and start them again. Logging
         once an epoch, not once a batch, spares Lightning's bookkeeping of every ``self.log`` call."""
-        metrics = self.get_submodule(attribute)
         for name in metrics.keys(keep_base=True):
             metric = metrics[name]
             if metric.update_count:
@@ -189,27 +185,27 @@ class PonderLitModule(L.LightningModule):
     def training_step(self, batch, batch_idx: int) -> Tensor:
         x, y = batch
         values = self._training_values(x, y)
-        self._record(values, y.shape[0], "metrics.fit")
+        self._record(values, y.shape[0], self.metrics["fit"])
         return values["loss"]
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         if batch_idx + 1 == self.trainer.num_training_batches:  # the epoch's last batch: its means are known
-            self._log_epoch("metrics.fit", "train")
+            self._log_epoch(self.metrics["fit"], "train")
 
-    def _shared_step(self, batch, attribute: str, generator) -> Tensor:
+    def _shared_step(self, batch, metrics: MetricCollection, generator) -> Tensor:
         x, y = batch
         values = self._evaluation_values(x, y, generator)
-        self._record(values, y.shape[0], attribute)
+        self._record(values, y.shape[0], metrics)
         return values["loss"]
 
     def on_validation_epoch_start(self) -> None:
         self._generator = torch.Generator().manual_seed(self.hparams.eval_seed)
 
     def validation_step(self, batch, batch_idx: int) -> None:
-        self._shared_step(batch, "metrics.validation", self._generator)
+        self._shared_step(batch, self.metrics["validation"], self._generator)
 
     def on_validation_epoch_end(self) -> None:
-        self._log_epoch("metrics.validation", "val")
+        self._log_epoch(self.metrics["validation"], "val")
 
     # ------------------------------------------------------------------ several test sets
     def test_set_names(self) -> list[str] | None:
@@ -228,13 +224,12 @@ class PonderLitModule(L.LightningModule):
             self._generator = torch.Generator().manual_seed(self.hparams.eval_seed)
         while len(self.test_metrics) <= dataloader_idx:  # loaders given without a data module's names
             self.test_metrics.append(stage_metrics(self.model.loss_terms).to(self.device))
-        self._shared_step(batch, f"test_metrics.{dataloader_idx}", self._generator)
+        self._shared_step(batch, self.test_metrics[dataloader_idx], self._generator)
 
     def on_test_epoch_end(self) -> None:
         names = self.test_set_names()
-        for index in range(len(self.test_metrics)):
-            name = names[index] if names else f"set{index}"
-            self._log_epoch(f"test_metrics.{index}", f"test/{name}")
+        for index, metrics in enumerate(self.test_metrics):
+            self._log_epoch(metrics, f"test/{names[index] if names else f'set{index}'}")
 
     def predict_step(self, batch, batch_idx: int, dataloader_idx: int = 0) -> dict[str, Tensor]:
         """Per sample: the predicted class and the halting step."""
@@ -246,13 +241,12 @@ class PonderLitModule(L.LightningModule):
 
     # ------------------------------------------------------------------ optimisation
     def _has_validation(self) -> bool:
-        trainer = self.trainer
-        if trainer.limit_val_batches == 0:
+        """Whether the fit validates: not with ``limit_val_batches=0``, nor with a data module that has
+        no ``val_dataloader`` (loaders given to ``Trainer.fit`` directly are taken to include one)."""
+        datamodule = self.trainer.datamodule
+        if self.trainer.limit_val_batches == 0:
             return False
-        try:  # Lightning's record of whether a val_dataloader was given (module, data module or fit)
-            return trainer.fit_loop.epoch_loop.val_loop._data_source.is_defined()
-        except AttributeError:
-            return True
+        return datamodule is None or is_overridden("val_dataloader", datamodule, L.LightningDataModule)
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
         """Clip the gradients' norm to ``grad_clip`` (the module's own setting, so that the replayed
@@ -273,8 +267,11 @@ class PonderLitModule(L.LightningModule):
         scheduler = self.plateau_schedule(optimizer)
         if scheduler is None:
             return optimizer
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val/acc"}}
+        # strict=False: loaders given to Trainer.fit without a validation loader keep the rate (Lightning
+        # warns that val/acc is missing) instead of failing at the first epoch's end
+        schedule = {"scheduler": scheduler, "monitor": "val/acc", "strict": False}
+        return {"optimizer": optimizer, "lr_scheduler": schedule}
 
     def on_train_epoch_end(self) -> None:
         """The training means, if the last batch did not log them (a loader without a length)."""
-        self._log_epoch("metrics.fit", "train")
+        self._log_epoch(self.metrics["fit"], "train")

@@ -31,12 +31,12 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from pondernet_tutorial.data.base import EvalSet
-from pondernet_tutorial.fit import RunCheckpoint, last_checkpoint, read_checkpoint
 from pondernet_tutorial.runs.build import make_datamodule, make_module
 from pondernet_tutorial.runs.checkpoints import load_model, save_weights
 from pondernet_tutorial.runs.config import PRETRAINED_DIR
 from pondernet_tutorial.runs.evaluation import evaluate_set
 from pondernet_tutorial.runs.files import read_json
+from pondernet_tutorial.runs.resume import RunCheckpoint, last_checkpoint, read_checkpoint
 from pondernet_tutorial.runs.studies import get_study
 from pondernet_tutorial.runs.training import trainer_options
 

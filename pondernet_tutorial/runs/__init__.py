@@ -1,9 +1,10 @@
-"""The run machinery around :func:`pondernet_tutorial.fit.fit`: what the book's experiments need and a
+"""The run machinery around :func:`pondernet_tutorial.fitting.fit`: what the book's experiments need and a
 reader reusing PonderNet does not.
 
 * :mod:`.config`: a run's configuration (:class:`~.config.TrainConfig`), its identity and its folder;
 * :mod:`.build`: from a configuration to its data module and LightningModule;
 * :mod:`.training`: ``train()``, ``fit()`` inside a run folder with a lock, records and checks;
+* :mod:`.resume`: continuing an unfinished run, trusting nothing in its folder but weights and counters;
 * :mod:`.cuda_graph`: the training step replayed from one CUDA graph (a subclass of the module);
 * :mod:`.checkpoints`: weights as ``model.safetensors`` files (data, never code), safe loading, the shipped runs;
 * :mod:`.evaluation`: per-sample, per-step and per-class tables;

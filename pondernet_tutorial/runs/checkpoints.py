@@ -29,10 +29,10 @@ from pathlib import Path
 
 import torch
 
-from ..fit import CheckpointError
+from ..halting import check_max_steps
 from ..lightning_module import PonderLitModule
 from ..methods import METHOD_OPTIONS, METHODS
-from ..options import MAX_PARAMETERS, PARAMETERS_REASON, check_max_steps
+from ..options import MAX_PARAMETERS, PARAMETERS_REASON
 from ..registry import LOSSES, UnregisteredComponentError, check_registered, is_plain
 from ..steps import STEP_OPTIONS, STEPS
 from .build import make_module
@@ -51,6 +51,11 @@ FORMAT = "pondernet_tutorial/weights-v3"
 TRUST_HINT = "Load it only if you trust the file: load_model(..., trust_code=True), or evaluate --trust-code"
 # the largest model file: MAX_PARAMETERS weights of 8 bytes (float64 at most), and a header of a few kB
 MAX_WEIGHTS_BYTES = 8 * MAX_PARAMETERS + 2**20
+
+
+class CheckpointError(RuntimeError):
+    """A model file or checkpoint is missing, damaged, names code that is not registered, or does not
+    fit the model that its folder records or that the caller asks for: one line."""
 
 
 def save_weights(module: PonderLitModule, path: str | os.PathLike) -> Path:

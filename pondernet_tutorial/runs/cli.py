@@ -304,7 +304,7 @@ def _interrupted_line(args, error) -> str:
 def _user_errors():
     """The exception types that mean a mistake in the input (imported only when a command runs)."""
     from ..data.mnist import MNISTDamagedError, MNISTNotFoundError
-    from ..fit import TrainingDivergedError
+    from ..fitting import TrainingDivergedError
     from .checkpoints import CheckpointError
     from .config import ConfigMismatchError
     from .files import DamagedFileError

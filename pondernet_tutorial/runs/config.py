@@ -25,6 +25,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from ..halting import check_max_steps
 from ..methods import METHOD_OPTIONS, METHODS, NAMED_IN_FOLDER
 from ..options import (
     BATCH_REASON,
@@ -35,7 +36,6 @@ from ..options import (
     above,
     at_least,
     between,
-    check_max_steps,
     in_range,
 )
 from ..registry import EXPERIMENTS, get_experiment

@@ -209,12 +209,14 @@ class DamagedFileError(OSError):
         return self.strerror or super().__str__()
 
 
-def open_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES):
-    """``path`` open for binary reading if it is a regular file (a link to one is followed) of at most
-    ``cap`` bytes; a FIFO, a device, a folder or a bigger file raises :class:`DamagedFileError` at once
-    (the open never blocks: ``O_NONBLOCK``). The check is made on the open file, so the file cannot be
-    swapped between the check and the read."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+def open_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES, follow_links: bool = True):
+    """``path`` open for binary reading if it is a regular file (a link to one is followed, unless
+    ``follow_links`` is false: then a link fails to open) of at most ``cap`` bytes; a FIFO, a device, a
+    folder or a bigger file raises :class:`DamagedFileError` at once (the open never blocks:
+    ``O_NONBLOCK``). The check is made on the open file, so the file cannot be swapped between the check
+    and the read."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags if follow_links else flags | getattr(os, "O_NOFOLLOW", 0))
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

@@ -18,7 +18,6 @@ import os
 import platform
 import re
 import shutil
-import stat
 import statistics
 import sys
 import time
@@ -31,18 +30,15 @@ import pandas as pd
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from ..fit import (
-    CheckpointError,
-    fit,
-    read_checkpoint,
-)
+from ..fitting import fit, mode
 from ..lightning_module import ENGINE_VERSION, PonderLitModule
 from .build import make_datamodule, make_module, use_cuda_graph
-from .checkpoints import save_weights
-from .config import WEIGHTS, TrainConfig, _plain, check_same_identity, identity_differences
+from .checkpoints import CheckpointError, save_weights
+from .config import WEIGHTS, TrainConfig, check_same_identity
 from .cuda_graph import GraphedPonderLitModule
 from .files import check_unlocked, folder_lock, read_json, write_csv, write_json
 from .processes import end_with_parent, is_rank_zero, mark_parent, stop_on_signals
+from .resume import BEST, LAST, RESUME_FILE, RunCheckpoint, cannot_continue, last_checkpoint, resumable
 
 # Paths of the machine that trained a run: never recorded in its metadata (results are shared).
 MACHINE_FIELDS = ("data_dir", "output_dir")
@@ -329,6 +325,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[PonderLitM
                 mark_parent()  # the ranks that fit() starts end with this process
             history = History()
             try:
+                checkpoints = run_dir / "checkpoints"
                 trainer, best_epoch = fit(
                     module,
                     datamodule,
@@ -336,9 +333,13 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[PonderLitM
                     select_by=config.select_by,
                     patience=config.early_stopping_patience,
                     stop_at_val_acc=config.stop_at_val_acc or None,
-                    checkpoint_dir=run_dir / "checkpoints",
-                    resume=resume,
-                    callbacks=[history],
+                    best=RunCheckpoint(
+                        checkpoints, BEST, monitor=config.select_by, mode=mode(config.select_by)
+                    ),
+                    ckpt_path=last_checkpoint(checkpoints) if resume else None,
+                    # last.ckpt after every epoch (not save_last=True: Lightning then writes it only
+                    # in the epochs that improve the best): what a resumed run reads
+                    callbacks=[RunCheckpoint(checkpoints, LAST, enable_version_counter=False), history],
                     logger=make_logger(config, run_dir / "logs"),
                     **trainer_options(config),
                 )
@@ -388,122 +389,6 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[PonderLitM
         (run_dir / RESUME_FILE).unlink(missing_ok=True)
         save_weights(module, run_dir / WEIGHTS)  # last: a run with its model file is complete
         return module, metadata
-
-
-RESUME_FILE = (
-    "resume.json"  # the identity of the run being trained in a folder, until its model file is written
-)
-# what an unfinished run's folder holds: Lightning's checkpoints (checked one by one) and logs, its
-# resume.json, and the temporary files of whole writes
-UNFINISHED = {"checkpoints", "logs", RESUME_FILE}
-CHECKPOINT_NAME = re.compile(r"(best|last)(-v\d+)?\.ckpt")
-MAX_ENTRIES = 10_000  # files in an unfinished run's folder: a few checkpoints and log files
-
-
-def cannot_continue(run_dir: Path, reason) -> None:
-    """Say in one line why an unfinished run is trained again; its folder is removed when training
-    starts again (its last.ckpt and resume.json with it)."""
-    if is_rank_zero():
-        text = " ".join(str(reason).split())[:300] or type(reason).__name__
-        print(
-            f"warning: the unfinished run in {run_dir} cannot be continued ({text}): trained again",
-            file=sys.stderr,
-        )
-
-
-def _check_unfinished_folder(run_dir: Path) -> None:
-    """Raise ``CheckpointError`` unless every entry of the folder is one that a run writes: no link that
-    leads out of the folder (``logs`` or ``checkpoints`` pointing elsewhere would make Lightning write or
-    delete there; wandb's own ``latest-run`` link stays inside), no FIFO or device, and only Lightning's
-    own checkpoint files in ``checkpoints/``."""
-    inside = run_dir.resolve()
-    entries = 0
-    for folder, names, files in os.walk(run_dir):  # os.walk never follows links
-        here = Path(folder)
-        for name in [*names, *files]:
-            entries += 1
-            path = here / name
-            info = os.lstat(path)
-            relative = path.relative_to(run_dir)
-            if stat.S_ISLNK(info.st_mode):
-                if relative.parts[0] != "logs" or inside not in path.resolve().parents:
-                    raise CheckpointError(
-                        f"{relative} is a symbolic link out of the run or in its checkpoints"
-                    )
-                continue
-            if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
-                raise CheckpointError(f"{relative} is not a regular file")
-            top = relative.parts[0]
-            if top not in UNFINISHED and not (name.startswith(".") and name.endswith(".tmp")):
-                raise CheckpointError(f"{relative} is not a file of an unfinished run")
-            if (
-                top == "checkpoints"
-                and len(relative.parts) > 1
-                and not (
-                    len(relative.parts) == 2
-                    and CHECKPOINT_NAME.fullmatch(name)
-                    and stat.S_ISREG(info.st_mode)
-                )
-            ):
-                raise CheckpointError(f"{relative} is not a checkpoint of the run")
-        if entries > MAX_ENTRIES:
-            raise CheckpointError(f"it holds more than {MAX_ENTRIES:,} files")
-
-
-def _check_last_checkpoint(run_dir: Path, config: TrainConfig, datamodule, module) -> None:
-    """Raise ``CheckpointError`` unless ``last.ckpt`` is this very run's: read with
-    :func:`~pondernet_tutorial.fit.read_checkpoint` (a regular file in the run's own checkpoints folder,
-    bounded, weights-only), with the hyperparameters of the module and of the data module that this
-    configuration builds, and optimizer states of the module's shapes. These are what Lightning would
-    restore without a word; what fails in its restore (weights of other shapes, a damaged generator
-    state or history) is one line in :func:`train`, which then trains the run again."""
-    checkpoint = read_checkpoint(run_dir / "checkpoints" / "last.ckpt", run_dir / "checkpoints")
-    for what, saved, expected in (
-        ("model", checkpoint.get("hyper_parameters"), module.hparams),
-        ("data", checkpoint.get("datamodule_hyper_parameters"), datamodule.hparams),
-    ):
-        if not isinstance(saved, dict) or _plain(dict(saved)) != _plain(dict(expected)):
-            differences = "; ".join(identity_differences(dict(saved or {}), dict(expected)))
-            raise CheckpointError(f"its {what} hyperparameters are not this configuration's: {differences}")
-    parameters = [tuple(p.shape) for p in module.parameters()]
-    for optimizer in checkpoint.get("optimizer_states") or []:  # Lightning restores them unchecked
-        state = optimizer.get("state", {}) if isinstance(optimizer, dict) else None
-        if not isinstance(state, dict) or not all(
-            isinstance(i, int)
-            and 0 <= i < len(parameters)
-            and isinstance(values, dict)
-            and all(
-                v.dim() == 0 or tuple(v.shape) == parameters[i] for v in values.values() if torch.is_tensor(v)
-            )
-            for i, values in state.items()
-        ):
-            raise CheckpointError("its optimizer state is not of this model's shapes")
-
-
-def resumable(run_dir: Path, config: TrainConfig, datamodule, module) -> bool:
-    """Whether ``run_dir`` holds an unfinished run of this very configuration that can continue from its
-    last epoch: its ``resume.json`` names this configuration, the data module keeps the state of its
-    training batches (the generated tasks; MNIST's shuffled order is not kept, so an MNIST run is
-    trained again), its folder holds only what a run writes, and its ``checkpoints/last.ckpt`` is this
-    run's (:func:`_check_last_checkpoint`). A run that fails a check is trained again, in one line that
-    says why. What is resumed holds no path: the best epoch's checkpoint is found by its name in the
-    run's own folder (:class:`~pondernet_tutorial.fit.RunCheckpoint`)."""
-    if type(datamodule).state_dict is L.LightningDataModule.state_dict:
-        return False
-    if not (run_dir / RESUME_FILE).exists() or (run_dir / WEIGHTS).exists() or run_dir.is_symlink():
-        return False
-    recorded = read_json(run_dir / RESUME_FILE)
-    if recorded is None or recorded.get("identity") != _plain(config.identity()):
-        return False
-    if not os.path.lexists(run_dir / "checkpoints" / "last.ckpt"):  # a link too: refused below, in one line
-        return False
-    try:
-        _check_unfinished_folder(run_dir)
-        _check_last_checkpoint(run_dir, config, datamodule, module)
-    except (CheckpointError, OSError) as error:
-        cannot_continue(run_dir, error)
-        return False
-    return True
 
 
 def check_inside(run_dir: Path, output_dir) -> None:

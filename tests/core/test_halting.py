@@ -8,7 +8,6 @@ from pondernet_tutorial.halting import (
     halting_uniforms,
     log_geometric_prior,
     log_halting_distribution,
-    threshold_halting_step,
 )
 from pondernet_tutorial.methods.pondernet import sample_halting_step
 
@@ -58,12 +57,6 @@ def test_single_step():
 def test_expected_steps():
     log_p = torch.log(torch.tensor([[0.5], [0.25], [0.25]]))
     torch.testing.assert_close(expected_steps(log_p), torch.tensor([1.75]))
-
-
-def test_threshold_is_median():
-    log_p = torch.log(torch.tensor([[0.2, 0.6], [0.2, 0.2], [0.6, 0.2]]))
-    assert threshold_halting_step(log_p, 0.5).tolist() == [3, 1]
-    assert threshold_halting_step(log_p, 0.3).tolist() == [2, 1]
 
 
 def test_sampled_halting_frequencies_match_p():

@@ -28,7 +28,7 @@ CORE = (
     "options",
     "registry",
     "lightning_module",
-    "fit",
+    "fitting",
     "steps",
     "methods",
     "data",
@@ -121,6 +121,25 @@ def test_the_minimal_ponder_net_and_the_generators_load_no_lightning():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]", result.stdout
+
+
+def code_lines(function) -> int:
+    """Lines of code in a function's body: no docstring, comment or blank line."""
+    body = function.body[1:] if isinstance(function.body[0], ast.Expr) else function.body
+    lines = set()
+    for node in body:
+        for child in ast.walk(node):
+            if hasattr(child, "lineno"):
+                lines.update(range(child.lineno, child.end_lineno + 1))
+    return len(lines)
+
+
+def test_fit_is_the_standard_way_in_at_most_20_lines():
+    """fit() is a data module, the module, a Trainer with its checkpoint and early stopping, fit, and the
+    best weights back; resuming and its checks are the run machinery's (runs/resume.py)."""
+    tree = ast.parse(FILES["pondernet_tutorial.fitting"].read_text())
+    (fit,) = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "fit"]
+    assert code_lines(fit) <= 20, code_lines(fit)
 
 
 def test_requires_python_is_true():

@@ -71,10 +71,18 @@ def test_max_steps_one_and_a_batch_of_one():
 
 
 def test_fit_without_validation():
+    class TrainOnly(L.LightningDataModule):
+        def train_dataloader(self):
+            return loader()
+
     m = module()
     t = trainer(limit_train_batches=2)
-    t.fit(m, loader())  # no validation loader: no scheduler that waits for val/acc
+    t.fit(m, datamodule=TrainOnly())  # a data module without validation: no scheduler waits for val/acc
     assert "train/acc" in t.callback_metrics and "val/acc" not in t.callback_metrics
+    assert not t.lr_scheduler_configs
+    m = module()
+    with pytest.warns(RuntimeWarning, match="val/acc which is not available"):  # no validation loader
+        trainer(max_epochs=2, limit_train_batches=2).fit(m, loader())
     t = trainer(limit_train_batches=2, limit_val_batches=1)
     m = module()
     t.fit(m, loader(), loader())
@@ -194,7 +202,7 @@ def test_checkpoint_errors(tmp_path):
 
 def test_a_lightning_ckpt_is_refused_as_a_pickle(tmp_path):
     """A Lightning .ckpt is a pickle: load_model reads safetensors only, so no file given to it is ever
-    unpickled (fit reads its own checkpoints through fit.read_checkpoint)."""
+    unpickled (fit reads its own checkpoints through runs.resume.read_checkpoint)."""
     m = module(max_steps=4)
     t = trainer(limit_train_batches=1, limit_val_batches=1)
     t.fit(m, loader(), loader())

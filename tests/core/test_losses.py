@@ -60,16 +60,6 @@ def test_kl_zero_at_the_prior_and_nonnegative_where_it_is_a_divergence():
     assert swapped.item() < 0
 
 
-def test_old_direction_names_still_work_with_a_warning():
-    log_p = log_halting_distribution(torch.randn(N, B))
-    with pytest.warns(DeprecationWarning, match="p_prior"):
-        old = RegularizationLoss(0.2, N, direction="forward")
-    assert old.direction == "p_prior"
-    torch.testing.assert_close(old(log_p), RegularizationLoss(0.2, N, "p_prior")(log_p))
-    with pytest.warns(DeprecationWarning, match="prior_p"):
-        assert RegularizationLoss(0.2, N, direction="reverse").direction == "prior_p"
-
-
 def test_prior_p_equals_popular_kldivloss():
     log_p = log_halting_distribution(torch.randn(N, B))
     p_g = geometric_prior(0.2, N)

@@ -1,7 +1,5 @@
 """A run's configuration: defaults by experiment, checks, identity and folder names."""
 
-import warnings
-
 import pytest
 
 from pondernet_tutorial.runs.config import ConfigMismatchError, TrainConfig, check_same_identity
@@ -91,13 +89,6 @@ def test_bad_values(kwargs, message):
         TrainConfig(**kwargs)
 
 
-def test_old_kl_names_translated():
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert TrainConfig(kl_direction="reverse").kl_direction == "prior_p"
-    assert any(issubclass(w.category, DeprecationWarning) for w in caught)
-
-
 def test_mismatch_names_the_fields():
     with pytest.raises(
         ConfigMismatchError, match=r"lambda_p: saved 0.3, requested 0.2; beta: saved 0.1, requested 0.01"
@@ -148,15 +139,16 @@ def test_more_cpu_devices_than_cores_are_refused(monkeypatch):
 
 def test_each_range_check_lives_in_one_function():
     """The configuration, the command line and the classes check a range with the same function."""
-    from pondernet_tutorial import halting, losses, options
+    from pondernet_tutorial import halting, losses
     from pondernet_tutorial.methods import METHOD_OPTIONS, act
 
-    assert METHOD_OPTIONS["pondernet"]["lambda_p"].check is options.check_lambda_p is halting.check_lambda_p
-    assert METHOD_OPTIONS["pondernet"]["beta"].check is options.check_beta is losses.check_beta
-    assert METHOD_OPTIONS["pondernet"]["kl_direction"].check is options.check_kl_direction
-    assert losses.check_kl_direction is options.check_kl_direction
-    assert METHOD_OPTIONS["act"]["tau"].check is options.check_tau is act.check_tau
-    assert METHOD_OPTIONS["act"]["epsilon"].check is options.check_epsilon is act.check_epsilon
+    # each equation's domain is checked where the equation is taught
+    assert METHOD_OPTIONS["pondernet"]["lambda_p"].check is halting.check_lambda_p
+    assert METHOD_OPTIONS["pondernet"]["beta"].check is losses.check_beta
+    assert METHOD_OPTIONS["pondernet"]["kl_direction"].check is losses.check_kl_direction
+    assert METHOD_OPTIONS["pondernet"]["train_epsilon"].check is halting.check_epsilon
+    assert METHOD_OPTIONS["act"]["tau"].check is act.check_tau
+    assert METHOD_OPTIONS["act"]["epsilon"].check is act.check_epsilon is halting.check_epsilon
     with pytest.raises(ValueError) as from_config:
         TrainConfig(lambda_p=1.5)
     with pytest.raises(ValueError) as from_loss:

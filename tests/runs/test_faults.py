@@ -752,7 +752,7 @@ def test_non_finite_weights_under_a_finite_loss_stop_the_run():
     Break tried: the weights left out of the callback's test."""
     from types import SimpleNamespace
 
-    from pondernet_tutorial.fit import StopOnNonFinite, TrainingDivergedError
+    from pondernet_tutorial.fitting import StopOnNonFinite, TrainingDivergedError
 
     module = torch.nn.Linear(2, 2)
     module.hparams = {"lr": 0.1}

@@ -22,8 +22,9 @@ import torch
 from pondernet_tutorial.runs import training
 from pondernet_tutorial.runs.config import WEIGHTS, TrainConfig
 from pondernet_tutorial.runs.processes import Interrupted
+from pondernet_tutorial.runs.resume import RESUME_FILE
 from pondernet_tutorial.runs.studies import run_one
-from pondernet_tutorial.runs.training import RESUME_FILE, train
+from pondernet_tutorial.runs.training import train
 
 EPOCHS = 4
 

@@ -17,12 +17,13 @@ import test_faults
 import torch
 from test_resume import EPOCHS, stop_at_epoch
 
-from pondernet_tutorial.fit import TrainingDivergedError, fit
+from pondernet_tutorial.fitting import TrainingDivergedError, fit
 from pondernet_tutorial.runs import cli
 from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model, load_pretrained
 from pondernet_tutorial.runs.config import WEIGHTS, TrainConfig
 from pondernet_tutorial.runs.processes import Interrupted
-from pondernet_tutorial.runs.training import RESUME_FILE, train
+from pondernet_tutorial.runs.resume import RESUME_FILE
+from pondernet_tutorial.runs.training import train
 
 
 def tiny(root, **kwargs) -> TrainConfig:
@@ -126,6 +127,18 @@ def test_2_a_fifo_named_as_the_best_checkpoint_never_blocks(tmp_path, monkeypatc
     edit_last(config, point_at_fifo)
     with time_limit(60):
         resumes_again(config, capsys, "best-v7.ckpt is not a regular file")
+
+
+@pytest.mark.parametrize("bound, restored", [(4096, True), (1024, False)])
+def test_2b_a_best_checkpoint_over_the_size_bound_is_not_restored(tmp_path, monkeypatch, bound, restored):
+    from pondernet_tutorial.runs import resume
+
+    best = tmp_path / "best-v3.ckpt"
+    best.write_bytes(b"x" * 2048)  # fit() would load it at the end: it must be within the bound
+    monkeypatch.setattr(resume, "MAX_CHECKPOINT_BYTES", bound)
+    callback = resume.RunCheckpoint(tmp_path, "best", monitor="val/acc", mode="max")
+    callback.load_state_dict({"best_model_path": str(best), "best_model_score": torch.tensor(0.5)})
+    assert callback.best_model_path == (str(best) if restored else "")
 
 
 @pytest.mark.parametrize("folder", ["logs", "checkpoints"])

@@ -1,0 +1,220 @@
+"""Continuing an unfinished run, trusting nothing in its folder but weights and counters.
+
+A run on a generated task writes ``checkpoints/last.ckpt`` after every epoch and ``resume.json`` (its
+identity) until its model file is written. A later ``train()`` of the same configuration continues
+from that checkpoint (:func:`resumable`) after checking the folder and the file: every entry is one
+that a run writes, no link leads out, the checkpoint is a regular file of bounded size in the run's
+own ``checkpoints/``, read weights-only, with this configuration's hyperparameters and the model's
+shapes (:func:`read_checkpoint`, :func:`_check_last_checkpoint`). What Lightning restores holds no
+path: :class:`RunCheckpoint` finds the best epoch's file by its name in its own folder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import sys
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from ..options import MAX_PARAMETERS
+from .checkpoints import CheckpointError
+from .config import WEIGHTS, TrainConfig, _plain, identity_differences
+from .files import open_regular, read_json
+from .processes import is_rank_zero
+
+LAST = "last"  # checkpoints/last.ckpt: the state after the last epoch, what a resumed run reads
+BEST = "best"  # checkpoints/best.ckpt (best-v1.ckpt, ...): the best epoch so far
+# a Lightning checkpoint of this package's models: the weights and the optimizer's two moments (4 bytes
+# each, at most MAX_PARAMETERS of them), and a few MB of counters and callback states
+MAX_CHECKPOINT_BYTES = 3 * 4 * MAX_PARAMETERS + 64 * 2**20
+
+
+def last_checkpoint(checkpoint_dir) -> Path | None:
+    """``checkpoint_dir/last.ckpt`` if it is a regular file (never a symbolic link), else ``None``."""
+    if checkpoint_dir is None:
+        return None
+    last = Path(checkpoint_dir) / f"{LAST}.ckpt"
+    return last if last.is_file() and not last.is_symlink() else None
+
+
+def read_checkpoint(path, folder) -> dict:
+    """A Lightning checkpoint that this package's ``fit`` wrote in ``folder``, read with every check
+    made before the read: the file lies in ``folder`` itself (its real path, no link on the way), is a
+    regular file (never a FIFO or a device: the open never blocks) of bounded size, and is loaded
+    weights-only (plain data: nothing in it is run).
+
+    Raises:
+        CheckpointError: one line on why the file cannot be read; never PyTorch's advice to load it
+            unsafely.
+    """
+    path, folder = Path(path), Path(folder)
+    if path.is_symlink() or path.resolve().parent != folder.resolve():
+        raise CheckpointError(f"{path} does not lie in {folder}: a checkpoint names only its own folder.")
+    try:
+        file = open_regular(path, MAX_CHECKPOINT_BYTES, follow_links=False)
+    except OSError as error:  # DamagedFileError too: not a regular file, or too big
+        raise CheckpointError(f"{path} cannot be read ({error.strerror}).") from None
+    with file:
+        try:
+            checkpoint = torch.load(file, map_location="cpu", weights_only=True)
+        except Exception as error:  # a pickle that asks for code, a truncated file: the first line only
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
+            raise CheckpointError(f"{path} is not a weights-only checkpoint ({first})") from None
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
+        raise CheckpointError(f"{path} is not a Lightning checkpoint (no state_dict).")
+    return checkpoint
+
+
+def _is_score(value) -> bool:
+    return isinstance(value, (float, int, torch.Tensor)) and torch.as_tensor(value).numel() == 1
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint``, restored from a checkpoint without trusting the paths in it.
+
+    Lightning restores the paths of the best and the last checkpoints as they were recorded, and later
+    deletes the old best one (recursively): a recorded path that names another folder would be
+    deleted, and a run copied to another folder would keep pointing at the old one. Here only the
+    recorded file *names* are used, in this callback's own folder, and only when they are its own
+    checkpoint files (``best.ckpt``, ``best-v1.ckpt``, ...), regular files of at most
+    ``MAX_CHECKPOINT_BYTES`` (``fit`` loads the best one at the end), with a numeric score; anything
+    else restores nothing (the next epoch's checkpoint is the best so far).
+    """
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        if self.dirpath is None or not isinstance(state_dict, dict):
+            return
+        name = Path(str(state_dict.get("best_model_path") or "")).name
+        path = Path(self.dirpath) / name
+        score = state_dict.get("best_model_score")
+        if not re.fullmatch(rf"{re.escape(self.filename or '')}(-v\d+)?\.ckpt", name):
+            return
+        if not path.is_file() or path.is_symlink() or (self.monitor is not None and not _is_score(score)):
+            return
+        if path.stat().st_size > MAX_CHECKPOINT_BYTES:
+            return
+        self.best_model_path = self.kth_best_model_path = str(path)
+        if self.monitor is not None:
+            self.best_model_score = self.kth_value = torch.as_tensor(float(score))
+            self.best_k_models = {str(path): self.best_model_score}
+
+
+RESUME_FILE = (
+    "resume.json"  # the identity of the run being trained in a folder, until its model file is written
+)
+# what an unfinished run's folder holds: Lightning's checkpoints (checked one by one) and logs, its
+# resume.json, and the temporary files of whole writes
+UNFINISHED = {"checkpoints", "logs", RESUME_FILE}
+CHECKPOINT_NAME = re.compile(r"(best|last)(-v\d+)?\.ckpt")
+MAX_ENTRIES = 10_000  # files in an unfinished run's folder: a few checkpoints and log files
+
+
+def cannot_continue(run_dir: Path, reason) -> None:
+    """Say in one line why an unfinished run is trained again; its folder is removed when training
+    starts again (its last.ckpt and resume.json with it)."""
+    if is_rank_zero():
+        text = " ".join(str(reason).split())[:300] or type(reason).__name__
+        print(
+            f"warning: the unfinished run in {run_dir} cannot be continued ({text}): trained again",
+            file=sys.stderr,
+        )
+
+
+def _check_unfinished_folder(run_dir: Path) -> None:
+    """Raise ``CheckpointError`` unless every entry of the folder is one that a run writes: no link that
+    leads out of the folder (``logs`` or ``checkpoints`` pointing elsewhere would make Lightning write or
+    delete there; wandb's own ``latest-run`` link stays inside), no FIFO or device, and only Lightning's
+    own checkpoint files in ``checkpoints/``."""
+    inside = run_dir.resolve()
+    entries = 0
+    for folder, names, files in os.walk(run_dir):  # os.walk never follows links
+        here = Path(folder)
+        for name in [*names, *files]:
+            entries += 1
+            path = here / name
+            info = os.lstat(path)
+            relative = path.relative_to(run_dir)
+            if stat.S_ISLNK(info.st_mode):
+                if relative.parts[0] != "logs" or inside not in path.resolve().parents:
+                    raise CheckpointError(
+                        f"{relative} is a symbolic link out of the run or in its checkpoints"
+                    )
+                continue
+            if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+                raise CheckpointError(f"{relative} is not a regular file")
+            top = relative.parts[0]
+            if top not in UNFINISHED and not (name.startswith(".") and name.endswith(".tmp")):
+                raise CheckpointError(f"{relative} is not a file of an unfinished run")
+            if (
+                top == "checkpoints"
+                and len(relative.parts) > 1
+                and not (
+                    len(relative.parts) == 2
+                    and CHECKPOINT_NAME.fullmatch(name)
+                    and stat.S_ISREG(info.st_mode)
+                )
+            ):
+                raise CheckpointError(f"{relative} is not a checkpoint of the run")
+        if entries > MAX_ENTRIES:
+            raise CheckpointError(f"it holds more than {MAX_ENTRIES:,} files")
+
+
+def _check_last_checkpoint(run_dir: Path, config: TrainConfig, datamodule, module) -> None:
+    """Raise ``CheckpointError`` unless ``last.ckpt`` is this very run's: read with
+    :func:`read_checkpoint` (a regular file in the run's own checkpoints folder,
+    bounded, weights-only), with the hyperparameters of the module and of the data module that this
+    configuration builds, and optimizer states of the module's shapes. These are what Lightning would
+    restore without a word; what fails in its restore (weights of other shapes, a damaged generator
+    state or history) is one line in :func:`train`, which then trains the run again."""
+    checkpoint = read_checkpoint(run_dir / "checkpoints" / "last.ckpt", run_dir / "checkpoints")
+    for what, saved, expected in (
+        ("model", checkpoint.get("hyper_parameters"), module.hparams),
+        ("data", checkpoint.get("datamodule_hyper_parameters"), datamodule.hparams),
+    ):
+        if not isinstance(saved, dict) or _plain(dict(saved)) != _plain(dict(expected)):
+            differences = "; ".join(identity_differences(dict(saved or {}), dict(expected)))
+            raise CheckpointError(f"its {what} hyperparameters are not this configuration's: {differences}")
+    parameters = [tuple(p.shape) for p in module.parameters()]
+    for optimizer in checkpoint.get("optimizer_states") or []:  # Lightning restores them unchecked
+        state = optimizer.get("state", {}) if isinstance(optimizer, dict) else None
+        if not isinstance(state, dict) or not all(
+            isinstance(i, int)
+            and 0 <= i < len(parameters)
+            and isinstance(values, dict)
+            and all(
+                v.dim() == 0 or tuple(v.shape) == parameters[i] for v in values.values() if torch.is_tensor(v)
+            )
+            for i, values in state.items()
+        ):
+            raise CheckpointError("its optimizer state is not of this model's shapes")
+
+
+def resumable(run_dir: Path, config: TrainConfig, datamodule, module) -> bool:
+    """Whether ``run_dir`` holds an unfinished run of this very configuration that can continue from its
+    last epoch: its ``resume.json`` names this configuration, the data module keeps the state of its
+    training batches (the generated tasks; MNIST's shuffled order is not kept, so an MNIST run is
+    trained again), its folder holds only what a run writes, and its ``checkpoints/last.ckpt`` is this
+    run's (:func:`_check_last_checkpoint`). A run that fails a check is trained again, in one line that
+    says why. What is resumed holds no path: the best epoch's checkpoint is found by its name in the
+    run's own folder (:class:`RunCheckpoint`)."""
+    if type(datamodule).state_dict is L.LightningDataModule.state_dict:
+        return False
+    if not (run_dir / RESUME_FILE).exists() or (run_dir / WEIGHTS).exists() or run_dir.is_symlink():
+        return False
+    recorded = read_json(run_dir / RESUME_FILE)
+    if recorded is None or recorded.get("identity") != _plain(config.identity()):
+        return False
+    if not os.path.lexists(run_dir / "checkpoints" / "last.ckpt"):  # a link too: refused below, in one line
+        return False
+    try:
+        _check_unfinished_folder(run_dir)
+        _check_last_checkpoint(run_dir, config, datamodule, module)
+    except (CheckpointError, OSError) as error:
+        cannot_continue(run_dir, error)
+        return False
+    return True
