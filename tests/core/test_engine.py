@@ -31,7 +31,6 @@ from pondernet_tutorial import PonderLitModule
 from pondernet_tutorial.methods.act import ACT, ACTHalting
 from pondernet_tutorial.methods.base import halting_steps, unroll
 from pondernet_tutorial.methods.pondernet import BernoulliHalting, ThresholdHalting
-from pondernet_tutorial.runs.config import WEIGHTS
 from pondernet_tutorial.steps.base import StepFunction
 
 METHODS = {  # name: (method, options)
@@ -220,27 +219,6 @@ def fit(module, epochs=2, **trainer_options):
         DataLoader(TensorDataset(vx, vy), batch_size=64),
     )
     return trainer
-
-
-@pytest.mark.slow
-def test_a_compiled_run_trains(tmp_path):
-    """``compile=True``, the default of every shipped experiment, through ``train``."""
-    from pondernet_tutorial.runs.config import TrainConfig
-    from pondernet_tutorial.runs.training import train
-
-    torch._dynamo.reset()
-    config = TrainConfig(
-        experiment="parity-interpolation",
-        quick=True,
-        compile=True,
-        output_dir=str(tmp_path),
-        progress_bar=False,
-        max_steps=4,
-        step_options={"hidden_size": 16},
-    )
-    _, metadata = train(config)
-    assert metadata["compiled"] is True and metadata["engine"] == 2 and metadata["cuda_graph"] is False
-    assert (config.run_dir / WEIGHTS).is_file()
 
 
 def test_mnist_step_computes_the_mlp_of_the_embedding_and_the_state():

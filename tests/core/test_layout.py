@@ -106,6 +106,20 @@ def test_the_taught_core_imports_no_run_machinery():
             assert not machinery, f"{name} imports {sorted(machinery)}"
 
 
+def test_the_core_tests_import_no_run_machinery():
+    """tests/core tests the taught code alone: what needs runs/ or analysis/ is tested in tests/runs."""
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        names = [
+            alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+        ]
+        names += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+        machinery = [
+            n for n in names if n.startswith(("pondernet_tutorial.runs", "pondernet_tutorial.analysis"))
+        ]
+        assert not machinery, f"{path.name} imports {machinery}"
+
+
 @pytest.mark.slow
 def test_the_minimal_ponder_net_and_the_generators_load_no_lightning():
     script = (

@@ -8,7 +8,6 @@ Deliberate breaks these tests catch (each was tried):
 """
 
 import functools
-import json
 import pickle
 
 import lightning as L
@@ -18,7 +17,6 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from pondernet_tutorial import PonderLitModule
-from pondernet_tutorial.runs.checkpoints import FORMAT, CheckpointError, load_model, save_weights
 
 PARITY = {"step": "parity_gru", "n_classes": 2, "step_options": {"n_elements": 8, "hidden_size": 16}}
 
@@ -141,71 +139,3 @@ def test_module_pickles_for_ddp_spawn():
     )
     assert m.hparams.loss_fn == {"partial": f"{__name__}:weighted_cross_entropy", "keywords": {"weight": 2.0}}
     pickle.dumps(module())  # the default loss too
-
-
-def read_weights(path):
-    from safetensors import safe_open
-
-    with safe_open(str(path), "pt") as file:
-        return file.metadata(), {k: file.get_tensor(k) for k in file.keys()}
-
-
-def write_weights(path, header, state):
-    from safetensors.torch import save_file
-
-    save_file(state, str(path), metadata=header)
-    return path
-
-
-def test_weights_only_checkpoint_roundtrip(tmp_path):
-    m = module(
-        "act", method_options={"tau": 0.01}, loss_fn=functools.partial(weighted_cross_entropy, weight=2.0)
-    ).eval()
-    path = save_weights(m, tmp_path / "model.safetensors")
-    header, _ = read_weights(path)  # tensors and JSON text only: nothing to unpickle
-    assert header["format"] == FORMAT
-    with pytest.raises(CheckpointError, match="weighted_cross_entropy.* is not registered"):
-        load_model(path)  # the loss is this test module's: a file may name registered components only
-    loaded = load_model(path, trust_code=True)
-    x = next(iter(loader()))[0]
-    with torch.no_grad():
-        assert torch.equal(m(x).prediction_logits, loaded(x).prediction_logits)
-    assert loaded.hparams.method == "act" and not loaded.training
-    assert loaded.model.tau == 0.01
-
-
-def test_checkpoint_errors(tmp_path):
-    with pytest.raises(CheckpointError, match="no model file"):
-        load_model(tmp_path / "missing.safetensors")
-    good = save_weights(module(max_steps=3), tmp_path / "good.safetensors")
-    damaged = tmp_path / "damaged.safetensors"
-    damaged.write_bytes(good.read_bytes()[:-100])
-    with pytest.raises(CheckpointError, match="not a whole model.safetensors file"):
-        load_model(damaged)
-    header, state = read_weights(good)
-    hparams = json.loads(header["hparams"])
-    hparams["step_options"]["hidden_size"] = 8  # weights no longer fit
-    write_weights(tmp_path / "mismatch.safetensors", {**header, "hparams": json.dumps(hparams)}, state)
-    with pytest.raises(CheckpointError, match="do not fit"):
-        load_model(tmp_path / "mismatch.safetensors")
-    hparams = {**json.loads(header["hparams"]), "dropout_rate": 0.3, "colour": "red"}
-    write_weights(tmp_path / "unknown.safetensors", {**header, "hparams": json.dumps(hparams)}, state)
-    with pytest.raises(CheckpointError, match="does not know: colour, dropout_rate"):
-        load_model(tmp_path / "unknown.safetensors")
-    write_weights(tmp_path / "old.safetensors", {**header, "format": "pondernet_tutorial/weights-v1"}, state)
-    with pytest.raises(CheckpointError, match="weights-v1"):
-        load_model(tmp_path / "old.safetensors")
-    write_weights(tmp_path / "other.safetensors", {"format": FORMAT}, {"weights": torch.ones(1)})
-    with pytest.raises(CheckpointError, match="not a PonderNet model file"):
-        load_model(tmp_path / "other.safetensors")
-
-
-def test_a_lightning_ckpt_is_refused_as_a_pickle(tmp_path):
-    """A Lightning .ckpt is a pickle: load_model reads safetensors only, so no file given to it is ever
-    unpickled (fit reads its own checkpoints through runs.resume.read_checkpoint)."""
-    m = module(max_steps=4)
-    t = trainer(limit_train_batches=1, limit_val_batches=1)
-    t.fit(m, loader(), loader())
-    t.save_checkpoint(tmp_path / "run.ckpt")
-    with pytest.raises(CheckpointError, match="PyTorch pickle"):
-        load_model(tmp_path / "run.ckpt")

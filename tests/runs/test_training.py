@@ -174,3 +174,21 @@ def test_short_mnist_training_beats_chance_by_far(tmp_path, needs_mnist):
     )
     _, metadata = train(config)
     assert metadata["best_val_acc"] > 0.6  # chance is 0.1
+
+
+@pytest.mark.slow
+def test_a_compiled_run_trains(tmp_path):
+    """``compile=True``, the default of every shipped experiment, through ``train``."""
+    torch._dynamo.reset()
+    config = TrainConfig(
+        experiment="parity-interpolation",
+        quick=True,
+        compile=True,
+        output_dir=str(tmp_path),
+        progress_bar=False,
+        max_steps=4,
+        step_options={"hidden_size": 16},
+    )
+    _, metadata = train(config)
+    assert metadata["compiled"] is True and metadata["engine"] == 2 and metadata["cuda_graph"] is False
+    assert (config.run_dir / WEIGHTS).is_file()

@@ -10,7 +10,6 @@ Deliberate breaks these tests catch (each was tried):
 """
 
 import lightning as L
-import pandas as pd
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -94,15 +93,3 @@ def test_validation_is_reproducible():
     first = trainer.validate(module, loader, verbose=False)[0]
     second = trainer.validate(module, loader, verbose=False)[0]
     assert first == second
-
-
-def test_sampled_frequencies_match_p():
-    module = parity_module()
-    x = inputs(1, seed=4)[0].repeat(20_000, 1)
-    with torch.no_grad():
-        out = module.model.fit_forward(x)
-    steps = sample_halting_step(out.halting_logits, torch.Generator().manual_seed(0))
-    frequencies = pd.Series(steps.numpy()).value_counts(normalize=True).sort_index()
-    p = out.p[:, 0].double()
-    for n, share in frequencies.items():
-        assert abs(share - p[n - 1].item()) < 0.015
