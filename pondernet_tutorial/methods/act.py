@@ -48,15 +48,8 @@ class ACTHalting(HaltingRule):
     def __init__(self, epsilon: float = 0.01):
         self.epsilon = check_epsilon(epsilon)
 
-    def start(self, batch, max_steps, device):
-        self.cumulative = torch.zeros(batch, device=device)  # Σ_{j≤n} η_j
-
-    def halts(self, n, z, active):
-        self.cumulative[active] += torch.sigmoid(z.float())  # + η_n
-        return self.cumulative[active] >= 1.0 - self.epsilon
-
     def decisions(self, halting_logits):
-        cumulative = torch.cumsum(torch.sigmoid(halting_logits[:-1].float()), 0)  # Σ_{j≤n} η_j
+        cumulative = torch.cumsum(torch.sigmoid(halting_logits.float()), 0)  # Σ_{j≤n} η_j
         return cumulative >= 1.0 - self.epsilon
 
 

@@ -13,10 +13,11 @@ the step function through one loop, :func:`unroll`:
   steps. This is inference; PonderNet's coin flips and threshold and ACT's cumulative halting are such
   rules.
 
-A rule also decides for all steps at once (:meth:`HaltingRule.decisions`), from the halting logits of a
-full unroll, with tensor operations only: :func:`halting_steps` turns those decisions into halting steps
-that equal the early-exit loop's with the same coins, without a Python loop over steps or a boolean
-index (no shape that depends on the data, nothing that makes the host wait for the device).
+A rule is written once, as :meth:`HaltingRule.decisions`: from the halting logits of the steps so far,
+with tensor operations only. The early-exit loop asks it about the latest step;
+:func:`halting_steps` applies it to a full unroll at once, so the two take the same halting steps
+with the same coins, and the full unroll needs no Python loop over steps and no boolean index (no
+shape that depends on the data, nothing that makes the host wait for the device).
 """
 
 from __future__ import annotations
@@ -32,34 +33,24 @@ from ..steps.base import StepFunction, select_rows, state_batch_size
 
 
 class HaltingRule:
-    """Decides which samples halt after each step, in two forms that take the same decisions.
+    """Decides which samples halt after each step, from the halting logits of the steps so far.
 
-    * Step by step, for the early-exit :func:`unroll`: :meth:`start` once, then :meth:`halts` after
-      each step for the samples still running. A rule may keep per-sample state over the whole batch
-      (the coins, a running sum); ``active`` gives the batch indices of the samples still running.
-    * At once, for a full unroll: :meth:`decisions` from all the halting logits.
+    :meth:`start` is called once per forward pass (a rule draws its coins there); :meth:`decisions`
+    answers for every step given, so the early-exit :func:`unroll` and a full unroll
+    (:func:`halting_steps`) ask the same function.
     """
 
     def start(self, batch: int, max_steps: int, device: torch.device) -> None:
         """Called once before the first step of a forward pass."""
 
-    def halts(self, n: int, z: Tensor, active: Tensor) -> Tensor:
-        """``(A,)`` booleans, True where a running sample halts after step ``n``.
-
-        Args:
-            n: the step just computed, 1..N−1 (every sample left halts at step N).
-            z: ``(A,)`` halting logits of the running samples at step ``n`` (detached).
-            active: ``(A,)`` their indices in the batch.
-        """
-        raise NotImplementedError
-
     def decisions(self, halting_logits: Tensor) -> Tensor:
-        """``(N−1, B)`` booleans: would sample ``b``, still running after step ``n``, halt there?
+        """``(S, B)`` booleans: would sample ``b``, still running after step ``n``, halt there?
 
         Args:
-            halting_logits: ``(N, B)`` halting logits of all N steps (detached).
+            halting_logits: ``(S, B)`` halting logits of steps 1..S (detached; rows of samples that
+                have already halted hold 0 and their answers are not read).
 
-        Row ``n − 1`` may depend on the logits of steps 1..n only, as in the step-by-step form.
+        Row ``n − 1`` depends on the logits of steps 1..n only.
         """
         raise NotImplementedError
 
@@ -83,26 +74,7 @@ def halting_steps(rule: HaltingRule, halting_logits: Tensor) -> Tensor:
     """
     n_steps, batch = halting_logits.shape
     rule.start(batch, n_steps, halting_logits.device)
-    return first_halt(rule.decisions(halting_logits.detach()))
-
-
-class _HaltTracker:
-    """Which samples are still running in the early-exit :func:`unroll`, and when each halted."""
-
-    def __init__(self, rule: HaltingRule, batch: int, max_steps: int, device: torch.device):
-        rule.start(batch, max_steps, device)
-        self.rule = rule
-        self.active = torch.arange(batch, device=device)  # the samples still running
-        self.halt_step = torch.full((batch,), max_steps, dtype=torch.long, device=device)
-
-    def after_step(self, n: int, z: Tensor) -> Tensor:
-        """Record the halts after step ``n`` (``z``: ``(A,)`` logits of the running samples) and
-        return the mask, over the running samples, of those that go on."""
-        halts = self.rule.halts(n, z.detach(), self.active)
-        self.halt_step[self.active[halts]] = n
-        keep = ~halts
-        self.active = self.active[keep]
-        return keep
+    return first_halt(rule.decisions(halting_logits.detach())[:-1])  # every sample halts at step N
 
 
 def _first_tensor(state) -> Tensor:
@@ -135,25 +107,29 @@ def unroll(
             halting_logits.append(z_n)
         return torch.stack(logits), torch.stack(halting_logits), None
 
-    batch = state_batch_size(h)
-    tracker = _HaltTracker(rule, batch, max_steps, _first_tensor(h).device)
+    batch, device = state_batch_size(h), _first_tensor(h).device
+    rule.start(batch, max_steps, device)
+    active = torch.arange(batch, device=device)  # the samples still running
+    halt_step = torch.full((batch,), max_steps, dtype=torch.long, device=device)
     for n in range(1, max_steps + 1):
         y_n, z_n, h = step_function.step(context, h)
-        if len(tracker.active) == batch:
+        if len(active) == batch:
             logits.append(y_n)
             halting_logits.append(z_n)
         else:  # only the running samples were computed: scatter their rows into full-batch tensors
-            active = tracker.active
             logits.append(y_n.new_zeros((batch, *y_n.shape[1:])).index_copy(0, active, y_n))
             halting_logits.append(z_n.new_zeros(batch).index_copy(0, active, z_n))
         if n == max_steps:
             break  # every sample left halts at the last step
-        keep = tracker.after_step(n, z_n)
-        if tracker.active.numel() == 0:
+        halts = rule.decisions(torch.stack(halting_logits).detach())[-1, active]  # the rule at step n
+        halt_step[active[halts]] = n
+        keep = ~halts
+        active = active[keep]
+        if active.numel() == 0:
             break  # every sample has halted: the remaining steps are never computed
         if not keep.all():  # drop the samples that just halted from the computation
             context, h = select_rows(context, keep), select_rows(h, keep)
-    return torch.stack(logits), torch.stack(halting_logits), tracker.halt_step
+    return torch.stack(logits), torch.stack(halting_logits), halt_step
 
 
 @dataclass

@@ -44,12 +44,9 @@ class BernoulliHalting(HaltingRule):
     def start(self, batch, max_steps, device):
         self.uniforms = coins_on(halting_uniforms(batch, max_steps, self.generator), device)  # (B, N)
 
-    def halts(self, n, z, active):
-        return self.uniforms[active, n - 1] < torch.sigmoid(z.float())  # halt ~ Bernoulli(λ_n)
-
     def decisions(self, halting_logits):
-        lam = torch.sigmoid(halting_logits[:-1].float())  # λ_n, (N−1, B)
-        return self.uniforms.T[:-1] < lam  # u_{b,n} < λ_n: the coin of step n says halt
+        lam = torch.sigmoid(halting_logits.float())  # λ_n, (S, B)
+        return self.uniforms.T[: len(lam)] < lam  # u_{b,n} < λ_n: the coin of step n says halt
 
 
 class ThresholdHalting(HaltingRule):
@@ -60,15 +57,8 @@ class ThresholdHalting(HaltingRule):
             raise ValueError(f"threshold must lie in (0, 1], got {threshold}.")
         self.threshold = threshold
 
-    def start(self, batch, max_steps, device):
-        self.log_survival = torch.zeros(batch, device=device)  # Σ_{j≤n} log(1 − λ_j)
-
-    def halts(self, n, z, active):
-        self.log_survival[active] += F.logsigmoid(-z.float())
-        return -torch.expm1(self.log_survival[active]) >= self.threshold - 1e-6
-
     def decisions(self, halting_logits):
-        log_survival = torch.cumsum(F.logsigmoid(-halting_logits[:-1].float()), 0)  # Σ_{j≤n} log(1 − λ_j)
+        log_survival = torch.cumsum(F.logsigmoid(-halting_logits.float()), 0)  # Σ_{j≤n} log(1 − λ_j)
         return -torch.expm1(log_survival) >= self.threshold - 1e-6  # Σ_{j≤n} p_j ≥ threshold
 
 
@@ -81,9 +71,6 @@ class FrozenHalting(HaltingRule):
 
     def start(self, batch, max_steps, device):
         self.rule.start(batch, max_steps, device)
-
-    def halts(self, n, z, active):
-        return self.rule.halts(n, torch.full_like(z, self.logit), active)
 
     def decisions(self, halting_logits):
         return self.rule.decisions(torch.full_like(halting_logits, self.logit))

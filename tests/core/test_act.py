@@ -148,8 +148,8 @@ def test_act_drops_halted_samples():
 
 def test_act_halting_rule_and_weights_directly():
     rule = ACTHalting(0.1)
-    rule.start(2, 4, torch.device("cpu"))
-    assert rule.halts(1, torch.logit(torch.tensor([0.5, 0.95])), torch.arange(2)).tolist() == [False, True]
+    z = torch.logit(torch.tensor([[0.5, 0.95], [0.45, 0.01]]))  # (S=2, B=2)
+    assert rule.decisions(z).tolist() == [[False, True], [True, True]]  # Σ η: 0.5, 0.95 | 0.95, 0.96
     p, remainder = act_weights(torch.logit(torch.tensor([[0.5], [0.3], [0.9]])), torch.tensor([3]))
     torch.testing.assert_close(remainder, torch.tensor([0.2]))
     torch.testing.assert_close(p[:, 0], torch.tensor([0.5, 0.3, 0.2]))
