@@ -1,4 +1,5 @@
-"""PonderNet in about 40 lines: a step function, the halting distribution, the loss and the coins.
+"""PonderNet in about 40 lines (a step function, the halting distribution, the loss and the coins), and a
+training loop.
 
 The chapter "PonderNet in 40 lines" shows this module. The rest of the package computes the same
 quantities for any step function and any halting method, with argument checks, early exit and

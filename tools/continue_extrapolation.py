@@ -12,9 +12,12 @@ again from zero at the shipped weights); the training batches continue the run's
 (the stream is replayed up to the shipped update).
 
     python tools/continue_extrapolation.py OUT [--runs pondernet:0 act:1] [--quick]
+    python tools/continue_extrapolation.py OUT --ship    # the finished curves into the shipped study
 
 Resumable: a run folder with ``last.ckpt`` continues from it; a finished one (``model.safetensors``)
-is skipped. ``--quick`` (tests only) trains 2 epochs of 4 batches and records every epoch.
+is skipped. ``--quick`` (tests only) trains 2 epochs of 4 batches and records every epoch. ``--ship``
+writes ``continued.csv`` (every run's curve), ``continued.json`` (what each run continued from) and
+each run's last weights (``continued/<method>-seed<k>.safetensors``) into the study's shipped tables.
 """
 
 from __future__ import annotations
@@ -150,12 +153,42 @@ def continue_run(method: str, seed: int, out: Path, quick: bool) -> None:
     print(f"{folder}: done", flush=True)
 
 
+def ship(out: Path) -> None:
+    """The four finished runs' curves, records and last weights into the shipped study's folder."""
+    import shutil
+
+    study = PRETRAINED_DIR / "studies" / "parity-paper16-long"
+    curves, records = [], {}
+    (study / "continued").mkdir(exist_ok=True)
+    for run in RUNS:
+        method, _, seed = run.partition(":")
+        folder = out / f"{method}-seed{seed}"
+        record = read_json(folder / "metadata.json")
+        if record is None or not (folder / "model.safetensors").is_file():
+            raise SystemExit(f"{folder} has not finished: continue it first")
+        curve = pd.read_csv(folder / "curve.csv")
+        assert curve["updates"].max() == TOTAL_EPOCHS * 1000, f"{folder} stops before 500,000 updates"
+        curves.append(curve.assign(method=method, seed=int(seed)))
+        records[f"{method}-seed{seed}"] = {k: v for k, v in record.items() if not k.startswith("wall")}
+        shutil.copyfile(
+            folder / "model.safetensors", study / "continued" / f"{method}-seed{seed}.safetensors"
+        )
+    table = pd.concat(curves)[["method", "seed", *curves[0].columns[:-2]]]
+    table.to_csv(study / "continued.csv", index=False, float_format="%.6g")
+    (study / "continued.json").write_text(json.dumps(records, indent=2) + "\n")
+    print(f"shipped {len(table)} points of {len(curves)} runs to {study}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--runs", nargs="+", default=list(RUNS), help="method:seed, e.g. act:1")
     parser.add_argument("--quick", action="store_true", help="tests only: 2 epochs of 4 batches")
+    parser.add_argument("--ship", action="store_true", help="write the finished curves into the study")
     args = parser.parse_args(argv)
+    if args.ship:
+        ship(args.out)
+        return 0
     torch.set_num_threads(1)
     for run in args.runs:
         method, _, seed = run.partition(":")

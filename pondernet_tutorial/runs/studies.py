@@ -547,7 +547,7 @@ def load_study(name: str, root: str | Path | None = None) -> dict[str, pd.DataFr
             f"no tables of study {name!r} in {folder.parent}: run `python -m pondernet_tutorial reproduce "
             f"--study {name}`."
         )
-    names = ("runs", "summary", "per_step", "per_class", "per_angle", "halting")
+    names = ("runs", "summary", "per_step", "per_class", "per_angle", "halting", "continued")
     record = read_json(folder / "study.json")
     if record is None:
         raise FileNotFoundError(
