@@ -5,10 +5,7 @@ An option of a run is declared in one place: a field of
 :data:`pondernet_tutorial.methods.METHOD_OPTIONS`, or an entry of a step function in
 :data:`pondernet_tutorial.steps.STEP_OPTIONS`. The command line takes its flags, help, types and
 choices from those declarations, ``TrainConfig.check`` validates with them, and the classes call the
-same range checks in their constructors, so each range is written once. The domains of the equations
-are checked where the equations are taught (:mod:`~pondernet_tutorial.halting`: λ_p, N and ε;
-:mod:`~pondernet_tutorial.losses`: β and the KL direction; :mod:`~pondernet_tutorial.methods.act`: τ);
-the generic checks are here.
+same range checks (below) in their constructors, so each range is written once.
 
 A range check is a function ``check(value, name) -> value`` that returns the value (as a ``float`` or
 an ``int``) or raises a ``ValueError`` that names the option, the allowed range and what was given.
@@ -144,6 +141,8 @@ def in_range(low: float, high: float, reason: str) -> Check:
 # (hidden 256, embedding 64, N 100, batch 128, 96 elements, 80 epochs) and far below what fails.
 MAX_WIDTH = 4096  # hidden, embedding and key sizes: a 4096-wide GRU holds 100 M weights (400 MB)
 WIDTH_REASON = "a layer's width; wider layers hold more weights than fit in memory"
+MAX_STEPS = 1000  # N, at training and evaluation: every step keeps its activations for the backward pass
+STEPS_REASON = "the most pondering steps; each step keeps its activations in memory"
 MAX_BATCH = 65536  # samples per batch: activations grow with batch x steps x width
 BATCH_REASON = "samples per batch; activations grow with batch x steps x width"
 MAX_ELEMENTS = (
@@ -181,3 +180,77 @@ def between(low: float, high: float, closed: str = "neither") -> Check:
         return value
 
     return check
+
+
+# ------------------------------------------------------------------ PonderNet's and ACT's ranges
+def check_lambda_p(lambda_p: float, name: str = "lambda_p") -> float:
+    """Return ``lambda_p`` as a float or raise a ``ValueError`` that says what is allowed.
+
+    ``λ_p = 1`` is refused: that prior puts all its mass on step 1, ``p_G(n) = 0`` for ``n > 1``, and
+    ``KL(p ‖ p_G)`` is infinite for every halting distribution with any mass beyond step 1 (every one a
+    sigmoid can produce). A network that always stops after one step is the fixed-step baseline
+    (``method="fixed"``, ``max_steps=1``).
+    """
+    lambda_p = float(lambda_p)
+    if not 0.0 < lambda_p < 1.0:
+        raise ValueError(
+            f"{name} must lie strictly between 0 and 1, got {lambda_p}. It is the prior's per-step "
+            "halting probability: the geometric prior has mean 1/lambda_p steps (0.2 gives 5 steps); "
+            "for exactly one step use the fixed-step method (--method fixed --max-steps 1)."
+        )
+    return lambda_p
+
+
+def check_max_steps(max_steps: int, name: str = "max_steps") -> int:
+    """Return ``max_steps`` as an int or raise a ``ValueError`` that says what is allowed."""
+    if (
+        isinstance(max_steps, bool)
+        or not isinstance(max_steps, numbers.Real)
+        or not float(max_steps).is_integer()
+        or max_steps < 1
+    ):
+        raise ValueError(f"{name} must be an integer >= 1, got {max_steps!r}.")
+    if max_steps > MAX_STEPS:
+        raise ValueError(f"{name} must be <= {MAX_STEPS:,} ({STEPS_REASON}), got {max_steps!r}.")
+    return int(max_steps)
+
+
+def check_beta(beta: float, name: str = "beta") -> float:
+    """Return ``beta`` as a float or raise a ``ValueError``: the KL weight must be finite and >= 0."""
+    if not 0 <= float(beta) < math.inf:
+        raise ValueError(
+            f"{name} must be >= 0 and finite, got {beta}: it weighs the KL regulariser (0 turns it off)."
+        )
+    return float(beta)
+
+
+KL_DIRECTIONS = ("p_prior", "prior_p")  # KL(p ‖ p_G) (the paper's), KL(p_G ‖ p)
+
+
+def check_kl_direction(direction: str, name: str = "kl_direction") -> str:
+    """Return the KL direction's name, or raise a ``ValueError`` that names the two."""
+    if direction not in KL_DIRECTIONS:
+        raise ValueError(
+            f"{name} must be 'p_prior' (the paper's KL(p || p_G)) or 'prior_p' (KL(p_G || p)), "
+            f"got {direction!r}."
+        )
+    return direction
+
+
+def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
+    """ε must lie in (0, 1): ACT's halting threshold is 1 − ε."""
+    epsilon = float(epsilon)
+    if not 0.0 < epsilon < 1.0:
+        raise ValueError(
+            f"{name} must lie strictly between 0 and 1 (ACT halts at Σh ≥ 1 − ε), got {epsilon}."
+        )
+    return epsilon
+
+
+def check_tau(tau: float, name: str = "tau") -> float:
+    """τ must be finite and ≥ 0: it weighs the ponder cost."""
+    if not 0 <= float(tau) < math.inf:
+        raise ValueError(
+            f"{name} must be >= 0 and finite, got {tau}: it weighs ACT's ponder cost (0 turns it off)."
+        )
+    return float(tau)

@@ -15,10 +15,17 @@ share a name with different defaults (``--epsilon`` is then each method's own).
 
 from __future__ import annotations
 
-from ..halting import check_epsilon, check_lambda_p, check_max_steps
-from ..losses import KL_DIRECTIONS, check_beta, check_kl_direction
-from ..options import Option, check_finite
-from .act import check_tau
+from ..options import (
+    KL_DIRECTIONS,
+    Option,
+    check_beta,
+    check_epsilon,
+    check_finite,
+    check_kl_direction,
+    check_lambda_p,
+    check_max_steps,
+    check_tau,
+)
 
 # Import paths, resolved when used: listing the names imports no PyTorch (fast --help).
 METHODS: dict[str, str] = {

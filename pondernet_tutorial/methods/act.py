@@ -23,23 +23,12 @@ fixed and the host never waits for the device to learn ``T``.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
-from ..halting import check_epsilon
 from ..losses import per_sample_loss
+from ..options import check_epsilon, check_tau  # the ranges of ε and τ, declared once there
 from .base import HaltingRule, PonderingMethod, PonderOutput, halting_steps, unroll
-
-
-def check_tau(tau: float, name: str = "tau") -> float:
-    """τ must be finite and ≥ 0: it weighs the ponder cost."""
-    if not 0 <= float(tau) < math.inf:
-        raise ValueError(
-            f"{name} must be >= 0 and finite, got {tau}: it weighs ACT's ponder cost (0 turns it off)."
-        )
-    return float(tau)
 
 
 class ACTHalting(HaltingRule):

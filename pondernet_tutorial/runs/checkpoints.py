@@ -29,10 +29,9 @@ from pathlib import Path
 
 import torch
 
-from ..halting import check_max_steps
 from ..lightning_module import PonderLitModule
 from ..methods import METHOD_OPTIONS, METHODS
-from ..options import MAX_PARAMETERS, PARAMETERS_REASON
+from ..options import MAX_PARAMETERS, PARAMETERS_REASON, check_max_steps
 from ..registry import LOSSES, UnregisteredComponentError, check_registered, is_plain
 from ..steps import STEP_OPTIONS, STEPS
 from .build import make_module

@@ -25,7 +25,6 @@ import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from ..halting import check_max_steps
 from ..methods import METHOD_OPTIONS, METHODS, NAMED_IN_FOLDER
 from ..options import (
     BATCH_REASON,
@@ -36,6 +35,7 @@ from ..options import (
     above,
     at_least,
     between,
+    check_max_steps,
     in_range,
 )
 from ..registry import EXPERIMENTS, get_experiment

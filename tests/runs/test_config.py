@@ -139,16 +139,15 @@ def test_more_cpu_devices_than_cores_are_refused(monkeypatch):
 
 def test_each_range_check_lives_in_one_function():
     """The configuration, the command line and the classes check a range with the same function."""
-    from pondernet_tutorial import halting, losses
+    from pondernet_tutorial import halting, losses, options
     from pondernet_tutorial.methods import METHOD_OPTIONS, act
 
-    # each equation's domain is checked where the equation is taught
-    assert METHOD_OPTIONS["pondernet"]["lambda_p"].check is halting.check_lambda_p
-    assert METHOD_OPTIONS["pondernet"]["beta"].check is losses.check_beta
-    assert METHOD_OPTIONS["pondernet"]["kl_direction"].check is losses.check_kl_direction
-    assert METHOD_OPTIONS["pondernet"]["train_epsilon"].check is halting.check_epsilon
-    assert METHOD_OPTIONS["act"]["tau"].check is act.check_tau
-    assert METHOD_OPTIONS["act"]["epsilon"].check is act.check_epsilon is halting.check_epsilon
+    assert METHOD_OPTIONS["pondernet"]["lambda_p"].check is options.check_lambda_p is halting.check_lambda_p
+    assert METHOD_OPTIONS["pondernet"]["beta"].check is options.check_beta is losses.check_beta
+    assert METHOD_OPTIONS["pondernet"]["kl_direction"].check is options.check_kl_direction
+    assert losses.check_kl_direction is options.check_kl_direction
+    assert METHOD_OPTIONS["act"]["tau"].check is options.check_tau is act.check_tau
+    assert METHOD_OPTIONS["act"]["epsilon"].check is options.check_epsilon is act.check_epsilon
     with pytest.raises(ValueError) as from_config:
         TrainConfig(lambda_p=1.5)
     with pytest.raises(ValueError) as from_loss:
