@@ -14,22 +14,9 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from tiny_parity import loader, module, weighted_cross_entropy
 
 from pondernet_tutorial import PonderLitModule
-
-PARITY = {"step": "parity_gru", "n_classes": 2, "step_options": {"n_elements": 8, "hidden_size": 16}}
-
-
-def module(method="pondernet", max_steps=5, **kwargs):
-    options = {"max_steps": max_steps, **kwargs.pop("method_options", {})}
-    return PonderLitModule(**PARITY, method=method, method_options=options, **kwargs)
-
-
-def loader(n=64, batch_size=32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randint(-1, 2, (n, 8), generator=g).float()
-    return DataLoader(TensorDataset(x, ((x == 1).sum(1) % 2).long()), batch_size=batch_size)
 
 
 def trainer(**kwargs):
@@ -126,10 +113,6 @@ def test_hyperparameters_are_plain_data_and_checked():
         module(loss_fn=lambda logits, y: F.cross_entropy(logits, y, reduction="none"))
 
 
-def weighted_cross_entropy(logits, targets, weight=1.0):
-    return weight * F.cross_entropy(logits, targets, reduction="none")
-
-
 def test_module_pickles_for_ddp_spawn():
     m = module(loss_fn=functools.partial(weighted_cross_entropy, weight=2.0))
     copy = pickle.loads(pickle.dumps(m))
@@ -137,5 +120,5 @@ def test_module_pickles_for_ddp_spawn():
     torch.testing.assert_close(
         copy.model.loss_fn(torch.zeros(2, 2), y[:2]), torch.full((2,), 2 * 0.6931), atol=1e-4, rtol=0
     )
-    assert m.hparams.loss_fn == {"partial": f"{__name__}:weighted_cross_entropy", "keywords": {"weight": 2.0}}
+    assert m.hparams.loss_fn == {"partial": "tiny_parity:weighted_cross_entropy", "keywords": {"weight": 2.0}}
     pickle.dumps(module())  # the default loss too

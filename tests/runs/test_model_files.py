@@ -7,28 +7,9 @@ import json
 import lightning as L
 import pytest
 import torch
-import torch.nn.functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from tiny_parity import loader, module, weighted_cross_entropy
 
-from pondernet_tutorial import PonderLitModule
 from pondernet_tutorial.runs.checkpoints import FORMAT, CheckpointError, load_model, save_weights
-
-PARITY = {"step": "parity_gru", "n_classes": 2, "step_options": {"n_elements": 8, "hidden_size": 16}}
-
-
-def module(method="pondernet", max_steps=5, **kwargs):
-    options = {"max_steps": max_steps, **kwargs.pop("method_options", {})}
-    return PonderLitModule(**PARITY, method=method, method_options=options, **kwargs)
-
-
-def loader(n=64, batch_size=32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randint(-1, 2, (n, 8), generator=g).float()
-    return DataLoader(TensorDataset(x, ((x == 1).sum(1) % 2).long()), batch_size=batch_size)
-
-
-def weighted_cross_entropy(logits, targets, weight=1.0):
-    return weight * F.cross_entropy(logits, targets, reduction="none")
 
 
 def read_weights(path):
