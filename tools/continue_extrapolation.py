@@ -33,7 +33,7 @@ import pandas as pd
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from pondernet_tutorial.data.base import EvalSet
+from pondernet_tutorial.data.base import EvalSet, data_generator
 from pondernet_tutorial.runs.build import make_datamodule, make_module
 from pondernet_tutorial.runs.checkpoints import load_model, save_weights
 from pondernet_tutorial.runs.config import PRETRAINED_DIR
@@ -122,12 +122,12 @@ def continue_run(method: str, seed: int, out: Path, quick: bool) -> None:
     resume = last_checkpoint(checkpoint_dir)
     if resume is None:
         curve.record(module, start_epoch)  # the shipped weights themselves
-        # the training batches continue the run's own stream: replay it up to the shipped update
-        loader = datamodule.train_dataloader()
-        generator = loader.dataset.generator
+        # the training batches continue the run's own stream: replay it up to the shipped update, and
+        # hand its state to the data module as a resumed run's checkpoint would
+        generator = data_generator(config.seed, datamodule.stream)
         for _ in range(start_epoch * datamodule.batches_per_epoch):
             datamodule.draw(datamodule.batch_size, datamodule.train_k, generator)
-        datamodule._restored_generator_state = generator.get_state()
+        datamodule.load_state_dict({"train_generator": generator.get_state()})
     else:
         read_checkpoint(resume, checkpoint_dir)  # the checks before Lightning reads it
     epochs = 2 if quick else TOTAL_EPOCHS - start_epoch

@@ -36,8 +36,6 @@ MAX_CHECKPOINT_BYTES = 3 * 4 * MAX_PARAMETERS + 64 * 2**20
 
 def last_checkpoint(checkpoint_dir) -> Path | None:
     """``checkpoint_dir/last.ckpt`` if it is a regular file (never a symbolic link), else ``None``."""
-    if checkpoint_dir is None:
-        return None
     last = Path(checkpoint_dir) / f"{LAST}.ckpt"
     return last if last.is_file() and not last.is_symlink() else None
 
