@@ -3,7 +3,7 @@
 A data module, the module, a ``Trainer`` with a checkpoint of the best epoch (and early stopping where
 asked for), ``trainer.fit``, and the best epoch's weights back in the module:
 
-    >>> module = PonderLitModule("parity_gru", n_classes=2, method_options={"max_steps": 20})
+    >>> module = PonderLitModule(PonderNet(ParityStep(n_elements=16), max_steps=20))
     >>> trainer, best_epoch = fit(module, ParityDataModule(), max_epochs=10)
 
 The run machinery (:func:`pondernet_tutorial.runs.training.train`) calls this function inside a run

@@ -68,6 +68,25 @@ def halting_uniforms(batch: int, max_steps: int, generator: torch.Generator | No
     return torch.rand(batch, max_steps, generator=generator)
 
 
+def first_halt(halts: Tensor) -> Tensor:
+    """``(B,)`` the first step ``n`` (1..N) whose entry of ``halts`` ``(N, B)`` is True; the last row
+    counts as True (every sample halts at step N). Tensor operations only: no loop, no boolean index."""
+    halts = torch.cat([halts[:-1], halts.new_ones((1, halts.shape[1]))])
+    return halts.to(torch.uint8).argmax(0) + 1  # argmax returns the first of equal maxima
+
+
+def sample_halting_step(lambda_logits: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """PonderNet's halting step, drawn from a full unroll's ``(N, B)`` λ logits: the first ``n`` whose coin
+    ``u_n < λ_n`` says halt. The coins are :func:`halting_uniforms`, as in ``PonderNet.infer``, so both
+    take the same steps with the same seed."""
+    n_steps, batch = lambda_logits.shape
+    uniforms = halting_uniforms(batch, n_steps, generator)  # (B, N), drawn on the CPU
+    if lambda_logits.device.type == "cuda":
+        uniforms = uniforms.pin_memory()  # copied without making the host wait
+    uniforms = uniforms.to(lambda_logits.device, non_blocking=True)
+    return first_halt(uniforms.T < torch.sigmoid(lambda_logits.float()))  # u_n < λ_n
+
+
 def geometric_prior(
     lambda_p: float, max_steps: int, renormalize: bool = False, device=None, dtype=torch.float32
 ) -> Tensor:

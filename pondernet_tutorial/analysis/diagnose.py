@@ -37,7 +37,7 @@ def diagnose(model, x, difficulty=None, show: bool = True, rules: Rules | None =
     Args:
         model: a :class:`~pondernet_tutorial.PonderNet`, in training or eval mode, or a
             :class:`~pondernet_tutorial.PonderLitModule` around one (what ``fit`` returns); or any module
-            whose forward pass returns ``log_p`` of shape ``(N, B)``.
+            whose ``weights(forward(x))`` is a halting distribution of shape ``(N, B)``.
         x: a batch of ``B`` inputs the model accepts (at least one).
         difficulty: optional ``(B,)`` difficulty of each input (higher is harder). When it counts the
             steps an input needs, ``beyond`` is the mean number of steps taken past them.
@@ -52,13 +52,14 @@ def diagnose(model, x, difficulty=None, show: bool = True, rules: Rules | None =
         raise ValueError("diagnose needs a batch of at least one input, got a tensor of shape ()")
     rules = rules or Rules()
     method = _method(model)
-    if hasattr(method, "evaluation_forward"):  # the full unroll over the evaluation's steps, any mode
-        out = method.evaluation_forward(method.inference_input(x))
-    else:
-        out = method(x)
-    if out.log_p is None:
-        raise ValueError("diagnose needs a full unroll with log_p: call it on a PonderNet model")
-    p = out.log_p.exp().float()  # (N, B)  p_n = λ_n ∏_{j<n}(1−λ_j)
+    if not callable(getattr(method, "weights", None)):
+        raise ValueError("diagnose needs a halting method (with weights(out)): call it on a PonderNet model")
+    training = method.training
+    method.eval()  # the full unroll over the evaluation's steps, whatever the model's mode
+    try:
+        p = method.weights(method(x)).float()  # (N, B)  p_n = λ_n ∏_{j<n}(1−λ_j)
+    finally:
+        method.train(training)
     if p.shape[1] == 0:  # an empty batch, whatever the model takes as input
         raise ValueError("diagnose needs a batch of at least one input, got an empty batch")
     if not torch.isfinite(p).all():

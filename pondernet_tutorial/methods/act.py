@@ -15,10 +15,10 @@ the halting units that make up ``p``. ``T`` is an integer, a constant for the gr
 cost reaches the halting units only through ``R``, whose gradient with respect to each ``η_n``,
 ``n < T``, is −1 (so ``∂(τP)/∂η_n = −τ``), and the halting unit of step ``T`` gets none.
 
-At inference (:meth:`ACT.forward`) computation stops at ``T(x)`` per sample. Training
-(:meth:`ACT.fit_forward`) unrolls all ``N`` steps and masks everything after ``T(x)``: the steps after
-``T`` get ``p_n = 0``, so the loss and its gradients are those of the early exit, while the shapes stay
-fixed and the host never waits for the device to learn ``T``.
+At inference (:meth:`ACT.infer`) computation stops at ``T(x)`` per sample. Training unrolls all ``N``
+steps (``forward``) and masks everything after ``T(x)``: the steps after ``T`` get ``p_n = 0``, so the
+loss and its gradients are those of the early exit, while the shapes stay fixed and the host never
+waits for the device to learn ``T``.
 """
 
 from __future__ import annotations
@@ -26,20 +26,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..halting import first_halt
 from ..losses import per_sample_loss
-from ..options import check_epsilon, check_tau  # the ranges of ε and τ, declared once there
-from .base import HaltingRule, PonderingMethod, PonderOutput, halting_steps, unroll
+from ..options import check_epsilon, check_tau
+from ..steps.base import select_rows, state_batch_size
+from .base import HaltingMethod, Unroll, finite_input
 
 
-class ACTHalting(HaltingRule):
-    """ACT's rule: a sample halts after the first step ``n`` with ``Σ_{j≤n} η_j ≥ 1 − ε``."""
-
-    def __init__(self, epsilon: float = 0.01):
-        self.epsilon = check_epsilon(epsilon)
-
-    def decisions(self, halting_logits):
-        cumulative = torch.cumsum(torch.sigmoid(halting_logits.float()), 0)  # Σ_{j≤n} η_j
-        return cumulative >= 1.0 - self.epsilon
+def act_halt_step(halting_logits: Tensor, epsilon: float) -> Tensor:
+    """``T(x)``, ``(B,)``: the first step ``n`` with ``Σ_{j≤n} η_j ≥ 1 − ε`` (or N), from all N steps'
+    ``(N, B)`` logits at once. An integer: no gradient flows through it."""
+    cumulative = torch.cumsum(torch.sigmoid(halting_logits.detach().float()), 0)  # Σ_{j≤n} η_j
+    return first_halt(cumulative >= 1.0 - epsilon)
 
 
 def act_weights(halting_logits: Tensor, halt_step: Tensor) -> tuple[Tensor, Tensor]:
@@ -61,7 +59,7 @@ def act_weights(halting_logits: Tensor, halt_step: Tensor) -> tuple[Tensor, Tens
     return eta_before + at * remainder[None], remainder  # p_n
 
 
-class ACT(PonderingMethod):
+class ACT(HaltingMethod):
     """Adaptive Computation Time over a step function.
 
     Args:
@@ -77,6 +75,7 @@ class ACT(PonderingMethod):
     """
 
     loss_terms = ("task", "ponder_cost")
+    step_answers = False  # the answer mixes the steps' predictions
 
     def __init__(
         self,
@@ -92,40 +91,46 @@ class ACT(PonderingMethod):
         self.tau = check_tau(tau)
         self.epsilon = check_epsilon(epsilon)
 
-    def forward(self, x) -> PonderOutput:
-        """Inference: each sample stops at its own ``T(x)``; halted samples leave the computation."""
-        x = self.inference_input(x)
-        logits, halting_logits, halt_step = unroll(
-            self.step_function, x, self.eval_steps, ACTHalting(self.epsilon)
-        )
-        return self._output(logits, halting_logits, halt_step)
+    def weights(self, out: Unroll) -> Tensor:
+        """``(N, B)`` p_n: ``η_n`` before ``T(x)``, the remainder at it, 0 after."""
+        return act_weights(out.halting_logits, act_halt_step(out.halting_logits, self.epsilon))[0]
 
-    def fit_forward(self, x, steps: int | None = None) -> PonderOutput:
-        """Training: all ``N`` steps (or ``steps``) for every sample, ``T(x)`` found with tensor
-        operations and every step after it masked (``p_n = 0``); the same loss and gradients as
-        :meth:`forward`."""
-        logits, halting_logits, _ = unroll(self.step_function, x, steps or self.max_steps)
-        halt_step = halting_steps(ACTHalting(self.epsilon), halting_logits)  # T(x), (B,)
-        return self._output(logits, halting_logits, halt_step)
+    def answer(self, out: Unroll, generator=None) -> tuple[Tensor, Tensor]:
+        """The mean-field output ``ŷ = Σ_n p_n ŷ_n`` and ``T(x)`` (no coin: ``generator`` is unused)."""
+        halt_step = act_halt_step(out.halting_logits, self.epsilon)
+        p, _ = act_weights(out.halting_logits, halt_step)
+        return (p[..., None].to(out.logits.dtype) * out.logits).sum(0), halt_step
 
-    def evaluation_forward(self, x) -> PonderOutput:
-        """As :meth:`fit_forward`, over the evaluation's budget (``T(x) ≤ eval_max_steps``)."""
-        return self.fit_forward(x, self.eval_steps)
-
-    def _output(self, logits: Tensor, halting_logits: Tensor, halt_step: Tensor) -> PonderOutput:
-        p, remainder = act_weights(halting_logits, halt_step)
-        prediction = (p[..., None].to(logits.dtype) * logits).sum(0)  # ŷ = Σ_n p_n ŷ_n
-        return PonderOutput(
-            logits,
-            halting_logits,
-            halt_step,
-            steps_run=len(logits),
-            p=p,
-            prediction=prediction,
-            ponder_cost=halt_step.to(remainder.dtype) + remainder,  # P = T + R
-        )
-
-    def loss(self, out: PonderOutput, targets: Tensor) -> dict[str, Tensor]:
-        task = per_sample_loss(self.loss_fn, out.prediction.float(), targets).mean()  # ℒ(y, Σ p_n ŷ_n)
-        ponder = out.ponder_cost.mean()  # mean P
+    def loss(self, out: Unroll, targets: Tensor) -> dict[str, Tensor]:
+        """``ℒ(y, Σ_n p_n ŷ_n) + τ · mean(T + R)``."""
+        halt_step = act_halt_step(out.halting_logits, self.epsilon)  # T(x)
+        p, remainder = act_weights(out.halting_logits, halt_step)
+        prediction = (p[..., None] * out.logits.float()).sum(0)  # ŷ = Σ_n p_n ŷ_n
+        task = per_sample_loss(self.loss_fn, prediction, targets).mean()  # ℒ(y, ŷ)
+        ponder = (halt_step.to(remainder.dtype) + remainder).mean()  # mean P = T + R
         return {"loss": task + self.tau * ponder, "task": task, "ponder_cost": ponder}
+
+    def infer(self, x, generator=None) -> tuple[Tensor, Tensor]:
+        """Inference with early exit: each sample stops after its step ``T(x)``; returns the mean-field
+        ``prediction (B, C)`` and ``T(x) (B,)``, as :meth:`answer` on a full unroll."""
+        device = next(self.parameters()).device
+        context = self.step_function.encode(finite_input(x, next(self.parameters()).dtype))
+        h = self.step_function.initial_state(context)
+        batch, last = state_batch_size(h), self.eval_steps
+        running = torch.arange(batch, device=device)  # the samples still computed
+        halt_step = torch.full((batch,), last, device=device)
+        total = torch.zeros(batch, device=device)  # Σ_{j<n} η_j of the running samples
+        for n in range(1, last + 1):
+            y_n, z_n, h = self.step_function.step(context, h)
+            if n == 1:
+                prediction = y_n.new_zeros(batch, *y_n.shape[1:], dtype=torch.float32)
+            eta = torch.sigmoid(z_n.float())  # η_n
+            halts = (total + eta >= 1.0 - self.epsilon) | (n == last)  # T(x) = n
+            weight = torch.where(halts, 1.0 - total, eta)  # p_n: η_n, or the remainder R at T
+            prediction[running] += weight[:, None] * y_n.float()  # ŷ = Σ_n p_n ŷ_n
+            halt_step[running[halts]] = n
+            total, running, keep = (total + eta)[~halts], running[~halts], ~halts
+            if len(running) == 0:
+                break
+            context, h = select_rows(context, keep), select_rows(h, keep)  # halted samples leave
+        return prediction, halt_step

@@ -11,10 +11,10 @@ import torch
 from torch import Tensor
 
 from ..losses import per_sample_loss
-from .base import PonderingMethod, PonderOutput, unroll
+from .base import HaltingMethod, Unroll, finite_input
 
 
-class FixedSteps(PonderingMethod):
+class FixedSteps(HaltingMethod):
     """Always ``max_steps`` steps; the answer is the last step's prediction ``ŷ_k``.
 
     Args:
@@ -22,31 +22,29 @@ class FixedSteps(PonderingMethod):
         max_steps: ``k``, the number of steps every input gets.
         loss_fn: per-sample task loss (cross-entropy by default).
         eval_max_steps: the steps at evaluation and inference (default ``k``): the answer is then the
-            prediction of step ``eval_max_steps``.
+            prediction of step ``eval_max_steps``, the same network run for longer than it was trained for.
     """
 
     loss_terms = ("task",)
-    step_answers = True
 
     def __init__(self, step_function, max_steps: int = 1, loss_fn=None, eval_max_steps: int | None = None):
         super().__init__(step_function, max_steps, loss_fn, eval_max_steps=eval_max_steps)
 
-    def forward(self, x) -> PonderOutput:
-        return self.evaluation_forward(self.inference_input(x))
+    def weights(self, out: Unroll) -> Tensor:
+        """All weight on the last step unrolled."""
+        p = torch.zeros_like(out.halting_logits, dtype=torch.float32)
+        p[-1] = 1.0
+        return p
 
-    def evaluation_forward(self, x) -> PonderOutput:
-        """``eval_max_steps`` steps (default ``k``), answering with the last one's prediction: the same
-        network run for longer than it was trained for."""
-        return self.fit_forward(x, self.eval_steps)
+    def answer(self, out: Unroll, generator=None) -> tuple[Tensor, Tensor]:
+        """``ŷ_k`` and ``k`` (no coin: ``generator`` is unused)."""
+        k, batch = out.halting_logits.shape
+        return out.logits[-1], out.halting_logits.new_full((batch,), k, dtype=torch.long)
 
-    def fit_forward(self, x, steps: int | None = None) -> PonderOutput:
-        logits, halting_logits, _ = unroll(self.step_function, x, steps or self.max_steps)
-        k, batch = halting_logits.shape
-        halt_step = halting_logits.new_full((batch,), k, dtype=torch.long)
-        p = torch.zeros_like(halting_logits, dtype=logits.dtype)
-        p[-1] = 1.0  # all weight on step k
-        return PonderOutput(logits, halting_logits, halt_step, steps_run=k, p=p, prediction=logits[-1])
-
-    def loss(self, out: PonderOutput, targets: Tensor) -> dict[str, Tensor]:
-        task = per_sample_loss(self.loss_fn, out.prediction.float(), targets).mean()  # ℒ(y, ŷ_k)
+    def loss(self, out: Unroll, targets: Tensor) -> dict[str, Tensor]:
+        task = per_sample_loss(self.loss_fn, out.logits[-1].float(), targets).mean()  # ℒ(y, ŷ_k)
         return {"loss": task, "task": task}
+
+    def infer(self, x, generator=None) -> tuple[Tensor, Tensor]:
+        """Every sample runs ``eval_max_steps`` steps: no early exit."""
+        return self.answer(self(finite_input(x, next(self.parameters()).dtype), self.eval_steps))

@@ -8,11 +8,10 @@ import sys
 import lightning as L
 import torch
 
-from ..lightning_module import PonderLitModule
-from ..methods import method_class
 from ..registry import get_experiment, import_path
 from .config import TrainConfig
 from .cuda_graph import GraphedPonderLitModule
+from .module import RunModule
 
 
 def make_datamodule(config: TrainConfig, test_rotations=None, test_subset=None):
@@ -33,11 +32,11 @@ def make_datamodule(config: TrainConfig, test_rotations=None, test_subset=None):
     )
 
 
-def make_module(config: TrainConfig, graphed: bool = False) -> PonderLitModule:
+def make_module(config: TrainConfig, graphed: bool = False) -> RunModule:
     """The LightningModule a configuration describes; ``graphed``: its training step replayed from one
     CUDA graph (:class:`~pondernet_tutorial.runs.cuda_graph.GraphedPonderLitModule`)."""
     experiment = get_experiment(config.experiment)
-    cls = GraphedPonderLitModule if graphed else PonderLitModule
+    cls = GraphedPonderLitModule if graphed else RunModule
     return cls(
         step=config.step,
         n_classes=experiment.n_classes,
@@ -58,8 +57,8 @@ GRAPH_PRECISIONS_EXCLUDED = ("16-mixed", "16")  # GradScaler's step waits for th
 
 def use_cuda_graph(config: TrainConfig, trainer: L.Trainer) -> bool:
     """Whether training replays each step from one CUDA graph: ``config.cuda_graph``, or by default
-    wherever it can (one CUDA device in one process, a precision without a gradient scaler, a method
-    whose training step is capturable)."""
+    wherever it can (one CUDA device in one process, a precision without a gradient scaler): every
+    method's training step is capturable."""
     from lightning.pytorch.accelerators import CUDAAccelerator
 
     reasons = []
@@ -78,8 +77,6 @@ def use_cuda_graph(config: TrainConfig, trainer: L.Trainer) -> bool:
             "--precision 32-true, or 16-mixed (without the CUDA graph).",
             file=sys.stderr,
         )
-    if not method_class(config.method).capturable:
-        reasons.append(f"a method whose training step is capturable ({config.method} is not)")
     if config.cuda_graph and reasons:
         raise ValueError(f"--cuda-graph needs {', '.join(reasons)}: drop it or pass --no-cuda-graph.")
     return not reasons if config.cuda_graph is None else bool(config.cuda_graph)

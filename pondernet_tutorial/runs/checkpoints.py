@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from ..lightning_module import PonderLitModule
+from .module import RunModule
 from ..methods import METHOD_OPTIONS, METHODS
 from ..options import MAX_PARAMETERS, PARAMETERS_REASON, check_max_steps
 from ..registry import LOSSES, UnregisteredComponentError, check_registered, is_plain
@@ -57,7 +57,7 @@ class CheckpointError(RuntimeError):
     fit the model that its folder records or that the caller asks for: one line."""
 
 
-def save_weights(module: PonderLitModule, path: str | os.PathLike) -> Path:
+def save_weights(module: RunModule, path: str | os.PathLike) -> Path:
     """Save the module's weights and hyperparameters as one ``safetensors`` file, whole."""
     from safetensors.torch import save
 
@@ -69,7 +69,7 @@ def save_weights(module: PonderLitModule, path: str | os.PathLike) -> Path:
 
 
 def _accepted_hparams() -> set[str]:
-    return set(inspect.signature(PonderLitModule.__init__).parameters) - {
+    return set(inspect.signature(RunModule.__init__).parameters) - {
         "self",
         "grad_clip",
         "compile",
@@ -175,7 +175,7 @@ def _check_sizes(hparams: dict, path: Path) -> None:
         raise CheckpointError(f"{path} has hyperparameters out of range: {_one_line(error)}") from None
     try:
         with torch.device("meta"):
-            model = PonderLitModule(**hparams)
+            model = RunModule(**hparams)
         n = sum(t.numel() for t in model.parameters()) + sum(t.numel() for t in model.buffers())
     except (TypeError, ValueError) as error:
         raise CheckpointError(f"{path} has hyperparameters this package does not accept: {error}") from None
@@ -199,7 +199,7 @@ def expected_hparams(config: TrainConfig) -> dict:
 
 def load_model(
     path: str | os.PathLike, map_location="cpu", trust_code: bool = False, config: TrainConfig | None = None
-) -> PonderLitModule:
+) -> RunModule:
     """Load a model file written by :func:`save_weights` (``model.safetensors``), in eval mode.
 
     Args:
@@ -249,7 +249,7 @@ def load_model(
         _check_registered_only(hparams, path)
     _check_sizes(hparams, path)  # before anything is allocated
     try:
-        module = PonderLitModule(**hparams)
+        module = RunModule(**hparams)
     except (TypeError, ValueError) as error:
         raise CheckpointError(f"{path} has hyperparameters this package does not accept: {error}") from None
     except (MemoryError, RuntimeError) as error:  # the allocator's refusal
@@ -297,7 +297,7 @@ def load_pretrained(
     map_location="cpu",
     trust_code: bool = False,
     **options,
-) -> PonderLitModule:
+) -> RunModule:
     """A shipped model, ready in eval mode.
 
     ``load_pretrained("mnist-interpolation")`` is the reference PonderNet (seed 0);

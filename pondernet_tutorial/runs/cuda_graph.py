@@ -37,7 +37,7 @@ from torch import Tensor
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..lightning_module import PonderLitModule
+from .module import RunModule
 from ..steps.base import map_state
 
 
@@ -367,7 +367,7 @@ class GraphedStep:
         return self._eager(x, y)  # no CUDA, capture failed, or a batch of another shape
 
 
-class GraphedPonderLitModule(PonderLitModule):
+class GraphedPonderLitModule(RunModule):
     """:class:`~pondernet_tutorial.lightning_module.PonderLitModule` whose training step (forward, loss,
     backward, clipping and Adam's update) is one :class:`GraphedStep`, replayed from a CUDA graph.
 
@@ -397,7 +397,7 @@ class GraphedPonderLitModule(PonderLitModule):
         self.graphs = graphs
         self._graphed: GraphedStep | None = None
         self.graph_replays = 0
-        self._fit_names = list(self.metrics["fit"].keys(keep_base=True))
+        self._fit_names = list(self.train_metrics.keys(keep_base=True))
         self._fit_sums: Tensor | None = None  # per name, the sum over this epoch's samples so far
         self._fit_count = 0  # samples in those sums
 
@@ -417,7 +417,7 @@ class GraphedPonderLitModule(PonderLitModule):
     def _summed_values(self, x, y) -> dict[str, Tensor]:
         """The training step's values, each also added, summed over the batch's samples, to the
         epoch's sums: inside the graph, so the host has nothing to do for them."""
-        values = self._training_values(x, y)
+        values = self.step_values(x, y)
         batch = y.shape[0]
         sums = [v.detach().sum() if v.dim() else v.detach() * batch for v in map(values.get, self._fit_names)]
         self._fit_sums.add_(torch.stack(sums))
@@ -427,7 +427,7 @@ class GraphedPonderLitModule(PonderLitModule):
         """Hand the epoch's sums to the training metrics (each a mean over the samples, as the plain
         module's per-step updates give), and start the sums again, in place: the graph writes there."""
         if self._fit_count:
-            metrics, means = self.metrics["fit"], self._fit_sums / self._fit_count
+            metrics, means = self.train_metrics, self._fit_sums / self._fit_count
             for name, mean in zip(self._fit_names, means):
                 metrics[name].update(mean, weight=self._fit_count)
             self._fit_sums.zero_()

@@ -19,6 +19,7 @@ import torch
 
 from ..analysis.difficulty import spearman
 from ..data.base import EvalSet
+from ..lightning_module import expected_steps
 from ..losses import per_sample_loss
 from .config import WEIGHTS, TrainConfig, identity_differences
 from .files import folder_lock, read_json, read_table, write_csv, write_json
@@ -47,28 +48,28 @@ def evaluate_set(
     model.eval()
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
-    prior = model.halting_prior(model.eval_steps)
+    prior = model.halting_prior(model.eval_steps) if hasattr(model, "halting_prior") else None
     frames, correct_by_step = [], []
     for start in range(0, len(eval_set.labels), batch_size):
         x = eval_set.inputs[start : start + batch_size].to(device)
         y = eval_set.labels[start : start + batch_size].to(device)
         if not x.is_floating_point():
             x = x.float() / 255.0
-        out = model.evaluation_forward(x)
-        out.halt_step = model.inference_halt_step(out, generator)
-        logits = out.prediction_logits.float()
+        out = model(x)  # every step of the evaluation's budget
+        logits, halt_step = model.answer(out, generator)  # the answer at the halting step inference takes
+        logits, p = logits.float(), model.weights(out)
         log_probs = torch.log_softmax(logits, dim=-1)
         columns = {
             "index": torch.arange(start, start + len(y)),
             "label": y,
             "prediction": logits.argmax(-1),
-            "halt_step": out.halt_step,
-            "expected_steps": out.expected_steps,
+            "halt_step": halt_step,
+            "expected_steps": expected_steps(p),
             "entropy": -(log_probs.exp() * log_probs).sum(-1),  # nats, of the answer
             "loss": per_sample_loss(model.loss_fn, logits, y),  # of the answer
         }
-        if prior is not None and out.p is not None:  # TV(p_b, prior) = ½ Σ_n |p_n − q_n|
-            columns["tv_prior"] = 0.5 * (out.p.float() - prior.to(device)[:, None]).abs().sum(0)
+        if prior is not None:  # TV(p_b, prior) = ½ Σ_n |p_n − q_n|
+            columns["tv_prior"] = 0.5 * (p.float() - prior.to(device)[:, None]).abs().sum(0)
         for name, values in eval_set.per_sample.items():
             columns[name] = values[start : start + batch_size]
         frames.append(pd.DataFrame({k: v.cpu().numpy() for k, v in columns.items()}))

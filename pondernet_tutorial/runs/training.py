@@ -31,7 +31,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from ..fitting import fit, mode
-from ..lightning_module import ENGINE_VERSION, PonderLitModule
+from .module import RunModule
 from .build import make_datamodule, make_module, use_cuda_graph
 from .checkpoints import CheckpointError, save_weights
 from .config import WEIGHTS, TrainConfig, check_same_identity
@@ -96,6 +96,12 @@ class History(Callback):
                 row[name] = float(value)
         self.rows.append(row)
 
+
+# The training engine's version, recorded in every run's metadata: 1 flipped coins in training and
+# drew the training data from the global generator; 2 has no host synchronisation in a training step,
+# logs expectations in training, draws the data from a generator of its own and drops the last,
+# partial batch of an epoch. Runs of an older engine are not retrained for a newer one.
+ENGINE_VERSION = 2
 
 def make_logger(config: TrainConfig, save_dir: Path):
     """The configured logger, offline: csv (default), tensorboard or wandb (``offline=True``)."""
@@ -265,7 +271,7 @@ def quiet_lightning():
                 logger.removeFilter(noise)
 
 
-def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> tuple[PonderLitModule, dict]:
+def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> tuple[RunModule, dict]:
     """Train one run and write ``history.csv``, ``metadata.json`` and ``model.safetensors`` to its folder.
 
     Every argument is checked (configuration, logger, data module, module, trainer) before the folder
@@ -290,7 +296,7 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
         return _train(config, overwrite, wait)
 
 
-def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[PonderLitModule, dict]:
+def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule, dict]:
     end_with_parent()  # a rank started by Lightning for a multi-process run ends with rank 0
     run_dir = config.run_dir
     check_inside(run_dir, config.output_dir)  # never a lock, mkdir or rmtree outside the output folder

@@ -1,0 +1,104 @@
+"""The module a run trains: the plain :class:`~pondernet_tutorial.lightning_module.PonderLitModule`, built
+from names, with the run machinery's fast path.
+
+A run folder and a model file describe the model by name (the step function, the method, their
+options and the loss), so :class:`RunModule` takes those names as its hyperparameters and builds the
+model from the registry; a model file rebuilds it from them. Three things make it faster than the
+plain module without changing what it computes (``tests/runs/test_run_module.py`` trains both and
+compares the weights and the logged means):
+
+* ``compile=True`` compiles the unroll and the loss with ``torch.compile``;
+* its metrics skip torchmetrics' NaN check, which makes the host wait for the device at every update;
+* it clips the gradients itself (``grad_clip``), so that the step replayed from a CUDA graph
+  (:class:`~pondernet_tutorial.runs.cuda_graph.GraphedPonderLitModule`) clips alike.
+"""
+
+from __future__ import annotations
+
+import torch
+from torchmetrics import MeanMetric, MetricCollection
+
+from ..lightning_module import PonderLitModule
+from ..methods import method_class
+from ..registry import LOSSES, describe_component, resolve_component
+from ..steps import STEPS
+
+
+def build_model(
+    step,
+    n_classes: int,
+    method: str = "pondernet",
+    step_options=None,
+    method_options=None,
+    loss_fn="cross_entropy",
+):
+    """The halting method that names describe: the step function ``step`` (a registered name or an
+    import path) with ``step_options``, under ``method`` with ``method_options`` and the loss ``loss_fn``."""
+    if isinstance(n_classes, bool) or int(n_classes) != n_classes or n_classes < 2:
+        raise ValueError(f"n_classes must be an integer >= 2, got {n_classes!r}.")
+    step_function = resolve_component(step, STEPS, "step function")(
+        n_classes=int(n_classes), **(step_options or {})
+    )
+    loss = resolve_component(loss_fn, LOSSES, "loss function")
+    try:
+        return method_class(method)(step_function, loss_fn=loss, **(method_options or {}))
+    except TypeError as error:
+        raise ValueError(f"method {method!r} does not take these options: {error}") from error
+
+
+class RunModule(PonderLitModule):
+    """The plain module over the model that names describe, with the fast path.
+
+    Args:
+        step, n_classes, method, step_options, method_options, loss_fn: the model (:func:`build_model`),
+            saved as hyperparameters with the plain module's.
+        grad_clip: clip the gradients' norm to this value (0: no clipping). Not saved (a run's
+            configuration records it; a loaded model does not need it).
+        compile: ``torch.compile`` the unroll and the loss. Not saved: a loaded model runs eagerly.
+        lr, lr_schedule, lr_patience, lr_factor, eval_seed: the plain module's.
+    """
+
+    def __init__(
+        self,
+        step,
+        n_classes: int,
+        method: str = "pondernet",
+        step_options: dict | None = None,
+        method_options: dict | None = None,
+        loss_fn="cross_entropy",
+        lr: float = 1e-3,
+        lr_schedule: str = "plateau",
+        lr_patience: int = 2,
+        lr_factor: float = 0.5,
+        eval_seed: int = 0,
+        grad_clip: float = 0.0,
+        compile: bool = False,
+    ):
+        names = {
+            "step": describe_component(step, STEPS, "step function"),
+            "n_classes": int(n_classes),
+            "method": method,
+            "step_options": dict(step_options or {}),
+            "method_options": dict(method_options or {}),
+            "loss_fn": describe_component(loss_fn, LOSSES, "loss function"),
+        }
+        model = build_model(step, n_classes, method, step_options, method_options, loss_fn)
+        super().__init__(model, lr, lr_schedule, lr_patience, lr_factor, eval_seed)
+        self.save_hyperparameters(names)  # the model by its names, beside the plain module's settings
+        for unsaved in ("grad_clip", "compile"):
+            self.hparams.pop(unsaved)
+        self.grad_clip = float(grad_clip)
+        self.compiled = bool(compile)
+        if self.compiled:
+            self.unroll_and_loss = torch.compile(self.unroll_and_loss)
+
+    def stage_metrics(self) -> MetricCollection:
+        """The plain module's means, without the NaN check that makes the host wait at each update."""
+        names = ("acc", "halt_step", "expected_steps", "loss", *self.model.loss_terms)
+        return MetricCollection(
+            {name: MeanMetric(nan_strategy="disable") for name in names}, compute_groups=False
+        )
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        if self.grad_clip > 0:
+            self.clip_gradients(optimizer, gradient_clip_val=self.grad_clip, gradient_clip_algorithm="norm")
