@@ -1,19 +1,31 @@
 """A tiny PonderNet on 8-element parity and a loader of it, shared by the module's tests
-(tests/core/test_lightning.py) and the model files' (tests/runs/test_model_files.py). This folder is on
-``sys.path`` under pytest (it holds the rootdir's conftest.py and no ``__init__.py``)."""
+(tests/core/test_lightning.py) and the run machinery's (tests/runs). This folder is on ``sys.path`` under
+pytest (it holds the rootdir's conftest.py and no ``__init__.py``)."""
 
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from pondernet_tutorial import PonderLitModule
+from pondernet_tutorial import ACT, FixedSteps, ParityStep, PonderLitModule, PonderNet
 
 PARITY = {"step": "parity_gru", "n_classes": 2, "step_options": {"n_elements": 8, "hidden_size": 16}}
+METHODS = {"pondernet": PonderNet, "act": ACT, "fixed": FixedSteps}
 
 
-def module(method="pondernet", max_steps=5, **kwargs):
+def module(method="pondernet", max_steps=5, loss_fn=None, **options):
+    """The plain module over a model built by hand."""
+    model = METHODS[method](
+        ParityStep(n_elements=8, hidden_size=16), max_steps=max_steps, loss_fn=loss_fn, **options
+    )
+    return PonderLitModule(model)
+
+
+def run_module(method="pondernet", max_steps=5, **kwargs):
+    """The run machinery's module, built from names (as a run folder and a model file describe it)."""
+    from pondernet_tutorial.runs.module import RunModule
+
     options = {"max_steps": max_steps, **kwargs.pop("method_options", {})}
-    return PonderLitModule(**PARITY, method=method, method_options=options, **kwargs)
+    return RunModule(**PARITY, method=method, method_options=options, **kwargs)
 
 
 def loader(n=64, batch_size=32, seed=0):

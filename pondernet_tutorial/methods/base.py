@@ -1,16 +1,14 @@
-"""What every halting method shares: the full unroll, and the three things a method says.
-
-A *halting method* turns a step function into a network that decides, per sample, how many steps to
-take. Two ways lead through it. ``forward(x)`` is the full unroll that training uses (every step for
-every sample: fixed shapes, no wait for the device); ``loss(out, y)`` trains on it, ``weights(out)``
-gives the steps' weights ``p_n`` and ``answer(out, generator)`` the answer and halting step that
-inference would take. ``infer(x, generator)`` is inference itself: each sample stops at its own halting
-step and leaves the computation.
+"""What every halting method shares. A *halting method* turns a step function into a network that decides,
+per sample, how many steps to take, and two ways lead through it. ``forward(x)`` is the full unroll that
+training uses (every step for every sample: fixed shapes, no wait for the device); ``loss(out, y)``
+trains on it, ``weights(out)`` gives the steps' weights ``p_n`` and ``answer(out, generator)`` the
+answer and halting step that inference would take. ``infer(x, generator)`` is inference itself: each
+sample stops at its own halting step and leaves the computation.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -20,8 +18,7 @@ from ..losses import per_sample_cross_entropy
 from ..steps.base import StepFunction
 
 
-@dataclass
-class Unroll:
+class Unroll(NamedTuple):
     """Every step's prediction ``ŷ_n`` ``(N, B, C)`` and halting logit ``z_n`` ``(N, B)``."""
 
     logits: Tensor
@@ -30,8 +27,7 @@ class Unroll:
 
 def at_step(logits: Tensor, step: Tensor) -> Tensor:
     """``(B, C)``: each sample's prediction at its step ``n`` in 1..N (``logits``: ``(N, B, C)``)."""
-    index = (step - 1).view(1, -1, 1).expand(1, -1, logits.shape[-1])
-    return logits.gather(0, index).squeeze(0)
+    return logits.gather(0, (step - 1).view(1, -1, 1).expand(1, -1, logits.shape[-1])).squeeze(0)
 
 
 def finite_input(x: Tensor, dtype: torch.dtype) -> Tensor:
@@ -56,8 +52,10 @@ class HaltingMethod(nn.Module):
     random_halting = False  # answer() and infer() flip coins: the halting step is random
     step_answers = True  # the answer is one step's prediction ŷ_n (the per-step tables)
 
-    def __init__(self, step_function: StepFunction, max_steps, loss_fn=None, halting_bias=None, eval_max_steps=None):
+    def __init__(self, step_function, max_steps, loss_fn=None, halting_bias=None, eval_max_steps=None):
         super().__init__()
+        if not isinstance(step_function, StepFunction):
+            raise TypeError(f"step_function must be a StepFunction, got {type(step_function).__name__}.")
         self.step_function = step_function
         self.max_steps = check_max_steps(max_steps)
         self.eval_steps = self.max_steps if eval_max_steps is None else check_max_steps(eval_max_steps)
@@ -65,7 +63,9 @@ class HaltingMethod(nn.Module):
         if halting_bias is not None:
             head = getattr(step_function, "halting_head", None)
             if not isinstance(head, nn.Linear) or head.bias is None:
-                raise ValueError(f"halting_bias needs a halting_head (nn.Linear with a bias): {type(step_function)}.")
+                raise ValueError(
+                    f"halting_bias needs a halting_head (nn.Linear, with a bias): {step_function}"
+                )
             nn.init.constant_(head.bias, float(halting_bias))
 
     def forward(self, x, steps: int | None = None) -> Unroll:

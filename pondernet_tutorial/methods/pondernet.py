@@ -91,8 +91,7 @@ class PonderNet(HaltingMethod):
 
     def forward(self, x, steps: int | None = None) -> Unroll:
         out = super().forward(x, steps)
-        out.halting_logits = self.lambda_logits(out.halting_logits)
-        return out
+        return Unroll(out.logits, self.lambda_logits(out.halting_logits))
 
     def log_p(self, lambda_logits: Tensor, truncate: bool = True) -> Tensor:
         """``(N, B)`` log p_n, ``λ = 1`` at the last step given; ``truncate``: the ε rule of training."""

@@ -29,7 +29,6 @@ from pathlib import Path
 
 import torch
 
-from .module import RunModule
 from ..methods import METHOD_OPTIONS, METHODS
 from ..options import MAX_PARAMETERS, PARAMETERS_REASON, check_max_steps
 from ..registry import LOSSES, UnregisteredComponentError, check_registered, is_plain
@@ -45,6 +44,7 @@ from .config import (
     other_methods_options,
 )
 from .files import DamagedFileError, atomic_file, open_regular, read_json
+from .module import RunModule
 
 FORMAT = "pondernet_tutorial/weights-v3"
 TRUST_HINT = "Load it only if you trust the file: load_model(..., trust_code=True), or evaluate --trust-code"

@@ -37,8 +37,8 @@ from torch import Tensor
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .module import RunModule
 from ..steps.base import map_state
+from .module import RunModule
 
 
 def _static_copy(dst, src) -> None:

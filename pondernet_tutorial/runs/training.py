@@ -31,12 +31,12 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from ..fitting import fit, mode
-from .module import RunModule
 from .build import make_datamodule, make_module, use_cuda_graph
 from .checkpoints import CheckpointError, save_weights
 from .config import WEIGHTS, TrainConfig, check_same_identity
 from .cuda_graph import GraphedPonderLitModule
 from .files import check_unlocked, folder_lock, read_json, write_csv, write_json
+from .module import RunModule
 from .processes import end_with_parent, is_rank_zero, mark_parent, stop_on_signals
 from .resume import BEST, LAST, RESUME_FILE, RunCheckpoint, cannot_continue, last_checkpoint, resumable
 
@@ -102,6 +102,7 @@ class History(Callback):
 # logs expectations in training, draws the data from a generator of its own and drops the last,
 # partial batch of an epoch. Runs of an older engine are not retrained for a newer one.
 ENGINE_VERSION = 2
+
 
 def make_logger(config: TrainConfig, save_dir: Path):
     """The configured logger, offline: csv (default), tensorboard or wandb (``offline=True``)."""

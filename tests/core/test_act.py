@@ -3,14 +3,16 @@
 Deliberate breaks these tests catch (each was tried):
 - the ponder cost detached from the halting units (``remainder.detach()``): test_ponder_cost_gradient;
 - the halting unit of step N counted in R or p (``before`` as ``steps <= halt_step``): test_act_matches_loop;
-- halted samples kept in the computation: test_act_drops_halted_samples.
+- halted samples kept in the computation: test_act_drops_halted_samples;
+- ``infer`` giving the last step's remainder to every halting step (``weight = 1 - total`` always):
+  test_act_matches_loop.
 """
 
 import pytest
 import torch
 from torch import nn
 
-from pondernet_tutorial.methods.act import ACT, ACTHalting, act_weights
+from pondernet_tutorial.methods.act import ACT, act_halt_step, act_weights
 from pondernet_tutorial.steps.base import StepFunction
 
 
@@ -63,16 +65,23 @@ def test_act_matches_loop(bias, epsilon):
     act = ACT(step, max_steps=8, tau=0.01, epsilon=epsilon).eval()
     x = torch.randn(16, 6) * 2
     with torch.no_grad():
-        out = act(x)
+        out = act(x)  # the full unroll
+        halt_step = act_halt_step(out.halting_logits, epsilon)
+        p, remainder = act_weights(out.halting_logits, halt_step)
+        prediction, answer_step = act.answer(out)
+        early, early_step = act.infer(x)  # the early exit
         reference = act_loop(step, x, 8, epsilon)
+    assert torch.equal(answer_step, halt_step) and torch.equal(early_step, halt_step)
+    torch.testing.assert_close(act.weights(out), p)
     for b, ref in enumerate(reference):
-        assert out.halt_step[b].item() == ref["N"]
+        assert halt_step[b].item() == ref["N"]
         n = ref["N"]
-        torch.testing.assert_close(out.p[:n, b], torch.tensor(ref["p"]), atol=1e-6, rtol=1e-5)
-        assert (out.p[n:, b] == 0).all()
-        torch.testing.assert_close(out.ponder_cost[b], torch.tensor(ref["rho"]), atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(out.prediction[b], ref["output"], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(out.p.sum(0), torch.ones(16))
+        torch.testing.assert_close(p[:n, b], torch.tensor(ref["p"]), atol=1e-6, rtol=1e-5)
+        assert (p[n:, b] == 0).all()
+        torch.testing.assert_close(n + remainder[b], torch.tensor(ref["rho"]), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(prediction[b], ref["output"], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(early[b], ref["output"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(p.sum(0), torch.ones(16))
 
 
 class TableStep(StepFunction):
@@ -99,8 +108,10 @@ def test_ponder_cost_gradient():
     tau = 0.1
     act = ACT(TableStep(H.clone()), max_steps=4, tau=tau, epsilon=0.01)
     out = act(torch.arange(3))
-    assert out.halt_step.tolist() == [3, 2, 4]  # 0.3+0.3+0.6 ≥ 0.99; 0.9+0.5; never: the last step
-    (tau * out.ponder_cost.sum()).backward()
+    halt_step = act_halt_step(out.halting_logits, act.epsilon)
+    assert halt_step.tolist() == [3, 2, 4]  # 0.3+0.3+0.6 ≥ 0.99; 0.9+0.5; never: the last step
+    _, remainder = act_weights(out.halting_logits, halt_step)
+    (tau * (halt_step + remainder).sum()).backward()  # τ Σ_b ρ_b, ρ = N + R
     grad = act.step_function.H.grad
     expected = torch.zeros_like(H)
     for b, big_n in enumerate([3, 2, 4]):
@@ -113,7 +124,8 @@ def test_ponder_cost_in_the_loss():
     act = ACT(TableStep(H), max_steps=5, tau=0.5)
     out = act(torch.arange(4))
     losses = act.loss(out, torch.zeros(4, dtype=torch.long))
-    torch.testing.assert_close(losses["ponder_cost"], out.ponder_cost.mean())
+    assert act_halt_step(out.halting_logits, act.epsilon).tolist() == [4] * 4  # 0.3 · 4 ≥ 0.99
+    torch.testing.assert_close(losses["ponder_cost"], torch.tensor(4 + (1 - 0.9)))  # N + R, R = 1 − 3 · 0.3
     torch.testing.assert_close(losses["loss"], losses["task"] + 0.5 * losses["ponder_cost"])
     act0 = ACT(TableStep(H), max_steps=5, tau=0.0)
     losses0 = act0.loss(act0(torch.arange(4)), torch.zeros(4, dtype=torch.long))
@@ -126,9 +138,11 @@ def test_epsilon_close_to_one_halts_after_one_step():
     x = torch.randn(10, 6)
     with torch.no_grad():
         out = act(x)
-    assert (out.halt_step == 1).all() and out.steps_run == 1
-    torch.testing.assert_close(out.ponder_cost, torch.full((10,), 2.0))  # ρ = N + R = 1 + 1
-    torch.testing.assert_close(out.prediction, out.logits[0])
+        prediction, halt_step = act.infer(x)
+    assert (halt_step == 1).all() and step.calls[-1:] == [10] and len(step.calls) == 6 + 1  # 1 step
+    _, remainder = act_weights(out.halting_logits, halt_step)
+    torch.testing.assert_close(halt_step + remainder, torch.full((10,), 2.0))  # ρ = N + R = 1 + 1
+    torch.testing.assert_close(prediction, out.logits[0])
 
 
 def test_act_drops_halted_samples():
@@ -141,15 +155,14 @@ def test_act_drops_halted_samples():
             return super().step(ids, n)
 
     act = ACT(Counting(H), max_steps=3)
-    out = act(torch.arange(3))
-    assert out.halt_step.tolist() == [1, 3, 2]
+    _, halt_step = act.infer(torch.arange(3))
+    assert halt_step.tolist() == [1, 3, 2]
     assert batch_sizes == [3, 2, 1]  # sample 0 leaves after step 1, sample 2 after step 2
 
 
-def test_act_halting_rule_and_weights_directly():
-    rule = ACTHalting(0.1)
-    z = torch.logit(torch.tensor([[0.5, 0.95], [0.45, 0.01]]))  # (S=2, B=2)
-    assert rule.decisions(z).tolist() == [[False, True], [True, True]]  # Σ η: 0.5, 0.95 | 0.95, 0.96
+def test_act_halting_step_and_weights_directly():
+    z = torch.logit(torch.tensor([[0.5, 0.95, 0.2], [0.45, 0.01, 0.2]]))  # (S=2, B=3)
+    assert act_halt_step(z, 0.1).tolist() == [2, 1, 2]  # Σ η: 0.5, 0.95 | 0.95, 0.96 | never: N
     p, remainder = act_weights(torch.logit(torch.tensor([[0.5], [0.3], [0.9]])), torch.tensor([3]))
     torch.testing.assert_close(remainder, torch.tensor([0.2]))
     torch.testing.assert_close(p[:, 0], torch.tensor([0.5, 0.3, 0.2]))

@@ -1,95 +1,46 @@
 """The training engine: a step with fixed shapes that never waits for the device.
 
-* the halting rules decide all steps at once exactly as the early-exit loop does, on the same coins;
-* ACT's training unroll (all steps, masked after N(x)) has the loss and gradients of its early exit;
+* ACT's training unroll (all steps, masked after T(x)) has the answer and gradients of its early exit;
 * the whole training step compiles into one graph (``fullgraph=True``) for every method: a graph break
   or a shape that depends on the data fails the test;
-* a Lightning training step, metrics and logging included, runs no operation that makes the host wait
-  (``.item()``, ``nonzero``, a boolean index);
-* a run with ``compile=True`` (the shipped experiments' default) trains.
+* the module's step values (unroll, loss, the expected accuracy and steps) and their backward run no
+  operation that makes the host wait (``.item()``, ``nonzero``, a boolean index); the run machinery's
+  whole Lightning step, metrics included, is tested in tests/runs;
+* the plain module logs its means once an epoch.
 
 Deliberate breaks these tests catch (each was tried):
-- ACT's fit_forward going back to the early-exit unroll: test_training_step_compiles_whole (graph
-  break) and test_no_host_sync_in_a_training_step;
-- the Bernoulli rule's vectorised decisions reading the coins of the next step (``uniforms.T[1:]``):
-  test_rules_decide_at_once_as_the_loop_does;
-- ACT's halting decided at once with ``>`` instead of the loop's ``≥``:
-  test_rules_decide_at_once_as_the_loop_does and test_act_full_unroll_has_the_early_exits_loss_and_gradients;
-- a NaN check in the metrics (``nan_strategy="warn"``): test_no_host_sync_in_a_training_step.
+- ACT's halting step read one step late (``cumulative`` shifted by one in ``act_halt_step``):
+  test_act_full_unroll_has_the_early_exits_answer_and_gradients;
+- a boolean index in ``act_weights`` (``eta_before[before == 0] = 0``): test_no_host_sync_in_the_step_values.
 
-The CUDA-graph path is tested in test_cuda_graph.py.
+The CUDA-graph path is tested in tests/runs/test_cuda_graph.py.
 """
 
 import lightning as L
 import pytest
 import torch
-from torch import nn
+import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.data import DataLoader, TensorDataset
 
-from pondernet_tutorial import PonderLitModule
-from pondernet_tutorial.methods.act import ACT, ACTHalting
-from pondernet_tutorial.methods.base import halting_steps, unroll
-from pondernet_tutorial.methods.pondernet import BernoulliHalting, ThresholdHalting
-from pondernet_tutorial.steps.base import StepFunction
+from pondernet_tutorial import ACT, FixedSteps, ParityStep, PonderLitModule, PonderNet
 
 METHODS = {  # name: (method, options)
-    "pondernet": ("pondernet", {"max_steps": 5, "lambda_p": 0.3}),
+    "pondernet": (PonderNet, {"max_steps": 5, "lambda_p": 0.3}),
     "pondernet-paper": (
-        "pondernet",
+        PonderNet,
         {"max_steps": 5, "lambda_p": 0.3, "train_epsilon": 0.05, "eval_max_steps": 8},
     ),
-    "pondernet-frozen": ("pondernet", {"max_steps": 5, "lambda_p": 0.3, "learn_halting": False}),
-    "act": ("act", {"max_steps": 5, "tau": 0.01, "halting_bias": -1.0, "eval_max_steps": 8}),
-    "fixed": ("fixed", {"max_steps": 3}),
+    "pondernet-frozen": (PonderNet, {"max_steps": 5, "lambda_p": 0.3, "learn_halting": False}),
+    "act": (ACT, {"max_steps": 5, "tau": 0.01, "halting_bias": -1.0, "eval_max_steps": 8}),
+    "fixed": (FixedSteps, {"max_steps": 3}),
 }
-
-
-class Replay(StepFunction):
-    """A step function that replays given halting logits, so that both ways see the same numbers."""
-
-    def __init__(self, halting_logits):
-        super().__init__()
-        self.z = halting_logits  # (N, B)
-        self.head = nn.Linear(1, 1)
-
-    def encode(self, x):
-        return torch.arange(x.shape[0])  # the rows' indices travel as the context
-
-    def initial_state(self, rows):
-        return torch.zeros(rows.shape[0], dtype=torch.long)
-
-    def step(self, rows, n):
-        z = self.z[n[0], rows]  # this step's logits of the samples still running
-        return torch.zeros(len(rows), 2), z, n + 1
-
-
-@pytest.mark.parametrize("name", ["bernoulli", "threshold", "act"])
-def test_rules_decide_at_once_as_the_loop_does(name):
-    torch.manual_seed(0)
-    z = torch.randn(7, 500) * 2 - 1  # (N, B)
-    rules = {
-        "bernoulli": lambda: BernoulliHalting(torch.Generator().manual_seed(3)),
-        "threshold": lambda: ThresholdHalting(0.6),
-        "act": lambda: ACTHalting(0.05),
-    }
-    _, _, early = unroll(Replay(z), torch.zeros(500, 1), 7, rules[name]())  # the early-exit loop
-    at_once = halting_steps(rules[name](), z)  # tensor operations only
-    assert torch.equal(early, at_once)
-    assert early.float().std() > 0.5  # the steps vary: the agreement is not trivial
 
 
 def parity_module(name, seed=0, **kwargs):
     torch.manual_seed(seed)
     method, options = METHODS[name]
-    return PonderLitModule(
-        "parity_gru",
-        2,
-        method=method,
-        step_options={"n_elements": 8, "hidden_size": 16},
-        method_options=options,
-        **kwargs,
-    )
+    return PonderLitModule(method(ParityStep(n_elements=8, hidden_size=16), **options), **kwargs)
 
 
 def parity_batch(n=64, seed=1):
@@ -98,29 +49,23 @@ def parity_batch(n=64, seed=1):
     return x, ((x == 1).sum(1) % 2).long()
 
 
-def test_act_full_unroll_has_the_early_exits_loss_and_gradients():
+def test_act_full_unroll_has_the_early_exits_answer_and_gradients():
     torch.manual_seed(0)
-    from pondernet_tutorial.steps.parity import ParityStep
-
-    act = ACT(ParityStep(8, hidden_size=16), max_steps=6, tau=0.05, halting_bias=-1.0)
+    act = ACT(ParityStep(8, hidden_size=16), max_steps=6, tau=0.05, halting_bias=-1.0).eval()
     x, y = parity_batch(200)
-    grads = []
-    for forward in (act.forward, act.fit_forward):  # early exit, full unroll masked after N(x)
+    results = []
+    for way in (act.infer, lambda x: act.answer(act(x))):  # early exit; full unroll masked after T(x)
         act.zero_grad()
-        out = forward(x)
-        losses = act.loss(out, y)
-        losses["loss"].backward()
-        grads.append({k: p.grad.clone() for k, p in act.named_parameters()})
-        if forward == act.forward:
-            early, early_losses = out, losses
-    full, full_losses = out, losses
-    assert torch.equal(early.halt_step, full.halt_step)
-    assert early.halt_step.float().std() > 0.3  # N(x) varies over the batch
-    torch.testing.assert_close(early.prediction, full.prediction)
-    for name in ("loss", "task", "ponder_cost"):
-        torch.testing.assert_close(early_losses[name], full_losses[name])
-    for name in grads[0]:
-        torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-5, atol=1e-7)
+        prediction, halt_step = way(x)
+        F.cross_entropy(prediction, y).backward()
+        grads = {k: p.grad.clone() for k, p in act.named_parameters()}
+        results.append((prediction, halt_step, grads))
+    (early, early_steps, early_grads), (full, full_steps, full_grads) = results
+    assert torch.equal(early_steps, full_steps)
+    assert early_steps.float().std() > 0.3  # T(x) varies over the batch
+    torch.testing.assert_close(early, full)
+    for name in early_grads:
+        torch.testing.assert_close(early_grads[name], full_grads[name], rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.slow
@@ -133,7 +78,7 @@ def test_training_step_compiles_whole(method):
     x, y = parity_batch()
 
     def step(x, y):
-        values = module._training_values(x, y)
+        values = module.step_values(x, y)
         return values["loss"], values["acc"], values["halt_step"]
 
     compiled = torch.compile(step, fullgraph=True, dynamic=False)
@@ -146,10 +91,8 @@ def test_training_step_compiles_whole(method):
     assert module.model.step_function.cell.weight_ih.grad.abs().sum() > 0  # the backward ran
     with torch.no_grad():  # validation's unroll (the evaluation budget) compiles whole too
         module.eval()
-        evaluation = torch.compile(lambda x, y: module._fit_losses(x, y, evaluation=True)[1], fullgraph=True)
-        torch.testing.assert_close(
-            evaluation(x, y)["loss"], module._fit_losses(x, y, evaluation=True)[1]["loss"]
-        )
+        evaluation = torch.compile(lambda x, y: module.unroll_and_loss(x, y)[1], fullgraph=True)
+        torch.testing.assert_close(evaluation(x, y)["loss"], module.unroll_and_loss(x, y)[1]["loss"])
 
 
 SYNCING_OPS = ("_local_scalar_dense", "nonzero", "masked_select", "is_nonzero", "unique", "item")
@@ -166,7 +109,7 @@ class SyncWatch(TorchDispatchMode):
         name = func.overloadpacket.__name__
         if name in SYNCING_OPS:
             self.seen.append(name)
-        if name == "index" and any(
+        if name in ("index", "index_put", "index_put_") and any(
             isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else [])
         ):
             self.seen.append("boolean index")
@@ -174,30 +117,17 @@ class SyncWatch(TorchDispatchMode):
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_no_host_sync_in_a_training_step(method):
-    """A whole Lightning training step (forward, loss, expected metrics, logging) runs no operation
+def test_no_host_sync_in_the_step_values(method):
+    """Forward, loss and the expected metrics of a training batch, and their backward, run no operation
     that would make the host wait for a CUDA device (checked on the CPU through the dispatcher)."""
-    module = parity_module(method)
-    watch = SyncWatch()
-    step = module.training_step
-
-    def watched(batch, batch_idx):
-        with watch:
-            return step(batch, batch_idx)
-
-    module.training_step = watched
+    module = parity_module(method).train()
     x, y = parity_batch(256)
-    trainer = L.Trainer(
-        accelerator="cpu",
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(module, DataLoader(TensorDataset(x, y), batch_size=64))
+    watch = SyncWatch()
+    with watch:
+        values = module.step_values(x, y)
+        values["loss"].backward()
     assert watch.seen == []
-    assert trainer.callback_metrics["train/acc"] > 0  # the step ran and logged
+    assert values["acc"].shape == (256,) and module.model.step_function.cell.weight_ih.grad is not None
 
 
 def fit(module, epochs=2, **trainer_options):
@@ -242,5 +172,5 @@ def test_metrics_are_logged_once_an_epoch():
     module.log = lambda name, *args, **kwargs: calls.append(name) or log(name, *args, **kwargs)
     trainer = fit(module, epochs=2)
     train_calls = [name for name in calls if name.startswith("train/")]
-    assert len(train_calls) == 2 * len(module.metrics["fit"])  # once per metric and epoch, 8 batches each
+    assert len(train_calls) == 2 * len(module.train_metrics)  # once per metric and epoch, 8 batches each
     assert trainer.callback_metrics["train/acc"] > 0 and "val/acc" in trainer.callback_metrics

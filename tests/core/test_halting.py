@@ -8,8 +8,8 @@ from pondernet_tutorial.halting import (
     halting_uniforms,
     log_geometric_prior,
     log_halting_distribution,
+    sample_halting_step,
 )
-from pondernet_tutorial.methods.pondernet import sample_halting_step
 
 
 def naive_p(lam: torch.Tensor) -> torch.Tensor:

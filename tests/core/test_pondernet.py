@@ -1,9 +1,10 @@
 """PonderNet and the fixed-step baseline over step functions: shapes, gradients, early exit, states.
 
 Deliberate breaks these tests catch (each was tried):
-- early exit no longer dropping halted samples (``if not keep.all()`` branch skipped):
+- early exit no longer dropping halted samples (``select_rows`` skipped in ``infer``):
   test_early_exit_drops_halted_samples;
-- the threshold rule summing log λ instead of log(1 − λ): test_threshold_matches_cumulative_p.
+- ``infer`` comparing the coin of step n + 1 (``coins[running, n]``):
+  test_early_exit_sampling_matches_full_unroll.
 """
 
 import pytest
@@ -25,25 +26,17 @@ def batch(b=8):
     return torch.rand(b, 1, 28, 28), torch.randint(0, 10, (b,))
 
 
-def test_shapes_full():
+def test_shapes_full_and_inferred():
     model = mnist_pondernet(max_steps=6)
-    out = model(batch()[0], halting="full")
-    assert out.logits.shape == (6, 8, 10)
-    assert out.halting_logits.shape == (6, 8)
-    assert out.log_p.shape == (6, 8)
-    assert out.expected_steps.shape == (8,)
-    assert out.halt_step is None and out.steps_run == 6
-    assert ((out.expected_steps >= 1) & (out.expected_steps <= 6)).all()
-
-
-def test_shapes_sample():
-    model = mnist_pondernet(max_steps=6).eval()
     out = model(batch()[0])
-    assert out.halt_step.shape == (8,)
-    assert out.prediction_logits.shape == (8, 10)
-    assert ((out.halt_step >= 1) & (out.halt_step <= out.steps_run)).all()
-    with pytest.raises(ValueError, match="full"):
-        _ = out.expected_steps
+    assert out.logits.shape == (6, 8, 10) and out.halting_logits.shape == (6, 8)
+    p = model.weights(out)
+    assert p.shape == (6, 8)
+    torch.testing.assert_close(p.sum(0), torch.ones(8))
+    model.eval()
+    prediction, halt_step = model.infer(batch()[0])
+    assert prediction.shape == (8, 10) and halt_step.shape == (8,)
+    assert ((halt_step >= 1) & (halt_step <= 6)).all()
 
 
 def test_gradients_reach_every_part():
@@ -86,8 +79,8 @@ def test_early_exit_drops_halted_samples():
     model = PonderNet(step, max_steps=10).eval()
     with torch.no_grad():
         step.halting_head.bias.fill_(-0.5)
-        out = model(torch.randn(200, 5), generator=torch.Generator().manual_seed(0))
-    running = [(out.halt_step >= n).sum().item() for n in range(1, out.steps_run + 1)]
+        _, halt_step = model.infer(torch.randn(200, 5), generator=torch.Generator().manual_seed(0))
+    running = [(halt_step >= n).sum().item() for n in range(1, int(halt_step.max()) + 1)]
     assert step.sizes == running  # step n computes exactly the samples that have not halted before n
     assert running[0] == 200 and running[-1] < 50
 
@@ -96,42 +89,38 @@ def test_every_sample_halts_at_step_one():
     model = mnist_pondernet(max_steps=20).eval()
     with torch.no_grad():
         model.step_function.halting_head.bias.fill_(30.0)  # λ ≈ 1
-        out = model(batch(32)[0], generator=torch.Generator().manual_seed(0))
-        assert out.steps_run == 1 and (out.halt_step == 1).all()
-        assert out.prediction_logits.shape == (32, 10)
-        out = model(batch(32)[0], halting="threshold")
-        assert out.steps_run == 1
+        prediction, halt_step = model.infer(batch(32)[0], generator=torch.Generator().manual_seed(0))
+    assert (halt_step == 1).all() and prediction.shape == (32, 10)
 
 
 def test_eval_runs_to_the_end_when_lambda_is_small():
     model = mnist_pondernet(max_steps=7).eval()
     with torch.no_grad():
         model.step_function.halting_head.bias.fill_(-20.0)
-        out = model(batch(4)[0])
-    assert out.steps_run == 7 and (out.halt_step == 7).all()
+        _, halt_step = model.infer(batch(4)[0])
+    assert (halt_step == 7).all()
 
 
 def test_max_steps_one_and_a_batch_of_one():
     model = mnist_pondernet(max_steps=1)
     x, y = batch(1)
     out = model(x)
-    torch.testing.assert_close(out.log_p, torch.zeros(1, 1))  # λ_N = 1 at N = 1
+    torch.testing.assert_close(model.weights(out), torch.ones(1, 1))  # λ_N = 1 at N = 1
     losses = model.loss(out, y)
     assert torch.isfinite(losses["loss"])
     losses["loss"].backward()
     model.eval()
     with torch.no_grad():
-        assert model(x).halt_step.tolist() == [1]
+        assert model.infer(x)[1].tolist() == [1]
 
 
 def test_early_exit_in_bfloat16():
     model = mnist_pondernet(max_steps=8).eval()
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         model.step_function.halting_head.bias.fill_(-1.0)
-        out = model(batch(64)[0], generator=torch.Generator().manual_seed(0))
-    assert out.logits.dtype == torch.bfloat16
-    assert torch.isfinite(out.prediction_logits.float()).all()
-    assert out.halt_step.min() >= 1 and out.halt_step.max() <= out.steps_run
+        prediction, halt_step = model.infer(batch(64)[0], generator=torch.Generator().manual_seed(0))
+    assert prediction.dtype == torch.bfloat16 and torch.isfinite(prediction.float()).all()
+    assert halt_step.min() >= 1 and halt_step.max() <= 8
 
 
 def test_early_exit_sampling_matches_full_unroll():
@@ -139,25 +128,10 @@ def test_early_exit_sampling_matches_full_unroll():
     x = batch(64)[0]
     with torch.no_grad():
         model.step_function.halting_head.bias.fill_(-1.5)
-        early = model(x, halting="sample", generator=torch.Generator().manual_seed(3))
-        full = model(x, halting="full", sample=True, generator=torch.Generator().manual_seed(3))
-    assert torch.equal(early.halt_step, full.halt_step)
-    torch.testing.assert_close(early.prediction_logits, full.prediction_logits)
-
-
-def test_threshold_matches_cumulative_p():
-    torch.manual_seed(0)
-    model = PonderNet(Counting(), max_steps=10).eval()
-    x = torch.randn(256, 5) * 3
-    with torch.no_grad():
-        model.step_function.halting_head.weight.mul_(5)
-        model.step_function.halting_head.bias.fill_(-1.5)
-        full = model(x, halting="full")
-        thr = model(x, halting="threshold")
-    reached = full.log_p.exp().cumsum(0) >= 0.5 - 1e-6  # the median: first n with Σ_{j≤n} p_j ≥ 0.5
-    reached[-1] = True  # the last step always halts
-    assert torch.equal(thr.halt_step, reached.float().argmax(0) + 1)
-    assert thr.halt_step.float().std() > 0
+        early, early_step = model.infer(x, generator=torch.Generator().manual_seed(3))
+        full, full_step = model.answer(model(x), generator=torch.Generator().manual_seed(3))
+    assert torch.equal(early_step, full_step) and early_step.float().std() > 0
+    torch.testing.assert_close(early, full)
 
 
 class LSTMStep(StepFunction):
@@ -187,11 +161,12 @@ def test_tuple_states_in_training_and_with_early_exit():
     model.eval()
     with torch.no_grad():
         model.step_function.halting_head.bias.fill_(-1.0)
-        early = model(x, generator=torch.Generator().manual_seed(1))
-        full = model(x, halting="full", sample=True, generator=torch.Generator().manual_seed(1))
-    assert torch.equal(early.halt_step, full.halt_step) and early.halt_step.float().std() > 0
-    torch.testing.assert_close(early.prediction_logits, full.prediction_logits)
-    torch.testing.assert_close(full.log_p, log_halting_distribution(full.halting_logits))
+        early, early_step = model.infer(x, generator=torch.Generator().manual_seed(1))
+        full = model(x)
+        answer, answer_step = model.answer(full, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(early_step, answer_step) and early_step.float().std() > 0
+    torch.testing.assert_close(early, answer)
+    torch.testing.assert_close(model.weights(full), log_halting_distribution(full.halting_logits).exp())
 
 
 def test_same_seed_same_result():
@@ -201,10 +176,9 @@ def test_same_seed_same_result():
     b = mnist_pondernet().eval()
     x = batch(16)[0]
     with torch.no_grad():
-        out_a = a(x, generator=torch.Generator().manual_seed(5))
-        out_b = b(x, generator=torch.Generator().manual_seed(5))
-    assert torch.equal(out_a.halt_step, out_b.halt_step)
-    assert torch.equal(out_a.logits, out_b.logits)
+        out_a = a.infer(x, generator=torch.Generator().manual_seed(5))
+        out_b = b.infer(x, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(out_a[1], out_b[1]) and torch.equal(out_a[0], out_b[0])
 
 
 def test_fixed_steps_answers_with_step_k():
@@ -212,12 +186,14 @@ def test_fixed_steps_answers_with_step_k():
     model = FixedSteps(step, max_steps=4)
     x, y = torch.randn(9, 5), torch.randint(0, 3, (9,))
     out = model(x)
-    assert step.sizes == [9, 9, 9, 9] and out.steps_run == 4
-    torch.testing.assert_close(out.prediction_logits, out.logits[-1])
-    assert (out.halt_step == 4).all()
-    torch.testing.assert_close(out.expected_steps, torch.full((9,), 4.0))
+    assert step.sizes == [9, 9, 9, 9]
+    prediction, halt_step = model.answer(out)
+    torch.testing.assert_close(prediction, out.logits[-1])
+    assert (halt_step == 4).all()
+    torch.testing.assert_close(model.weights(out)[:, 0], torch.tensor([0.0, 0.0, 0.0, 1.0]))
     losses = model.loss(out, y)
     torch.testing.assert_close(losses["loss"], nn.functional.cross_entropy(out.logits[-1], y))
+    torch.testing.assert_close(model.eval().infer(x)[0], out.logits[-1])
 
 
 def test_bad_inputs():
@@ -230,11 +206,9 @@ def test_bad_inputs():
         model(torch.rand(4, 3, 32, 32))
     with pytest.raises(TypeError, match="torch.Tensor"):
         model([[0.0]])
-    with pytest.raises(ValueError, match="halting"):
-        model(torch.rand(2, 1, 28, 28), halting="never")
+    with pytest.raises(ValueError, match="NaN"):
+        model.infer(torch.full((2, 1, 28, 28), float("nan")))
     with pytest.raises(ValueError, match="max_steps"):
         mnist_pondernet(max_steps=0)
-    with pytest.raises(ValueError, match="threshold"):
-        PonderNet(Counting(), 3, threshold=0.0)
     with pytest.raises(TypeError, match="StepFunction"):
         PonderNet(nn.Linear(3, 3), 3)
