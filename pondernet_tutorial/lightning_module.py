@@ -21,10 +21,8 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
 
-from .methods import method_class
 from .methods.base import PonderOutput
-from .registry import LOSSES, describe_component, resolve_component
-from .steps import STEPS
+from .runs.registry import LOSSES, STEPS, describe_component, method_class, resolve_component
 
 # The training engine's version, recorded in every run's metadata: 1 flipped coins in training and
 # drew the training data from the global generator; 2 has no host synchronisation in a training step,

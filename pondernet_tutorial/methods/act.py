@@ -26,8 +26,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..losses import per_sample_loss
-from ..options import check_epsilon, check_tau  # the ranges of ε and τ, declared once there
+from ..halting import check_epsilon
+from ..losses import check_tau, per_sample_loss  # check_tau: defined here at the methods rewrite
 from .base import HaltingRule, PonderingMethod, PonderOutput, halting_steps, unroll
 
 

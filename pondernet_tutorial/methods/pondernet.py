@@ -18,9 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..halting import geometric_prior, halting_uniforms, log_halting_distribution
+from ..halting import check_epsilon, geometric_prior, halting_uniforms, log_halting_distribution
 from ..losses import PonderLoss
-from ..options import check_epsilon
 from .base import HaltingRule, PonderingMethod, PonderOutput, first_halt, halting_steps, unroll
 
 

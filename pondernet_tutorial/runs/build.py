@@ -9,10 +9,9 @@ import lightning as L
 import torch
 
 from ..lightning_module import PonderLitModule
-from ..methods import method_class
-from ..registry import get_experiment, import_path
 from .config import TrainConfig
 from .cuda_graph import GraphedPonderLitModule
+from .registry import get_experiment, import_path, method_class
 
 
 def make_datamodule(config: TrainConfig, test_rotations=None, test_subset=None):
