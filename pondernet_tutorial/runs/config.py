@@ -144,23 +144,17 @@ def check_cpu_devices(accelerator: str, devices) -> None:
 
 
 # ------------------------------------------------------------------ the configuration
-def method_option():
-    """A field for an option of the halting methods: its type, defaults, help and check are declared
-    with the method, in :data:`~.options.METHOD_OPTIONS`; ``None`` takes the chosen
-    method's default."""
-    return field(default=None, metadata={"method_option": True})
-
-
 @dataclass
 class TrainConfig:
     """Everything a run depends on. ``None`` means: the experiment's default, else the global one.
 
     Each field is declared once, with its type, global default, help, choices and range check
-    (:func:`setting`); the halting methods' options are fields too (:func:`method_option`), whose
-    defaults, help and checks are declared per method in
-    :data:`~.options.METHOD_OPTIONS`. Fields are grouped as: what is trained (experiment, method, step function and their
-    options), how (optimiser, schedule, stopping), and where (device, folders, logger; not part of the
-    identity).
+    (:func:`setting`). The halting methods' options are plain fields that default to ``None``: the
+    chosen method's default, which its constructor declares (read by
+    :data:`~.options.METHOD_OPTIONS`, with each option's help and check), unless the experiment sets
+    one; a method's irrelevant options stay ``None``. Fields are grouped as: what is trained
+    (experiment, method, step function and their options), how (optimiser, schedule, stopping), and
+    where (device, folders, logger; not part of the identity).
     """
 
     experiment: str = setting(
@@ -207,16 +201,16 @@ class TrainConfig:
     )
     # The halting methods' options (options.METHOD_OPTIONS), in the order run folders name them:
     # PonderNet's, ACT's, then those several methods share.
-    lambda_p: float | None = method_option()
-    beta: float | None = method_option()
-    kl_direction: str | None = method_option()
-    renormalize_prior: bool | None = method_option()
-    train_epsilon: float | None = method_option()
-    learn_halting: bool | None = method_option()
-    tau: float | None = method_option()
-    epsilon: float | None = method_option()
-    halting_bias: float | None = method_option()
-    eval_max_steps: int | None = method_option()
+    lambda_p: float | None = None
+    beta: float | None = None
+    kl_direction: str | None = None
+    renormalize_prior: bool | None = None
+    train_epsilon: float | None = None
+    learn_halting: bool | None = None
+    tau: float | None = None
+    epsilon: float | None = None
+    halting_bias: float | None = None
+    eval_max_steps: int | None = None
     lr_schedule: str | None = setting(
         str, "plateau", "plateau (ReduceLROnPlateau on val/acc) or constant", choices=LR_SCHEDULES
     )
