@@ -5,10 +5,8 @@ What the book teaches, in reading order:
 * :mod:`~pondernet_tutorial.minimal`: the whole of PonderNet in about 40 lines;
 * :mod:`~pondernet_tutorial.halting`, :mod:`~pondernet_tutorial.losses`: PonderNet's equations, in
   log space;
-* ``steps/``: step functions ``(x, h_n) -> (ŷ_n, z_n, h_{n+1})``, one file per task, registered in
-  :data:`pondernet_tutorial.steps.STEPS`;
-* ``methods/``: halting methods over any step function (PonderNet, ACT, fixed steps), registered in
-  :data:`pondernet_tutorial.methods.METHODS`;
+* ``steps/``: step functions ``(x, h_n) -> (ŷ_n, z_n, h_{n+1})``, one file per task;
+* ``methods/``: halting methods over any step function (PonderNet, ACT, fixed steps);
 * ``data/``: the tasks' generators (no Lightning), and their Lightning data modules in
   :mod:`~pondernet_tutorial.data.modules`;
 * :mod:`~pondernet_tutorial.lightning_module` and :mod:`~pondernet_tutorial.fitting`: one plain
@@ -16,13 +14,12 @@ What the book teaches, in reading order:
 
 The rest serves the book's experiments and is not needed to use PonderNet:
 
-* :mod:`~pondernet_tutorial.registry`: the experiments by name (a new one is one entry), and the
-  registered components that a checkpoint may name; :mod:`~pondernet_tutorial.options`: every
-  option declared once;
-* ``runs/``: the run machinery: a run's configuration and folder, ``train()`` around ``fit()``,
-  weights-only checkpoints and the shipped runs, evaluation tables, the studies behind the book,
-  whole-file writes and locks, processes, the command line (``python -m pondernet_tutorial``), and
-  the CUDA-graph training step;
+* ``runs/``: the run machinery: the names (:mod:`~pondernet_tutorial.runs.registry`: the experiments
+  by name, a new one is one entry, and the step functions, methods and losses that a configuration or
+  a checkpoint may name), the options of the command line (:mod:`~pondernet_tutorial.runs.options`),
+  a run's configuration and folder, ``train()`` around ``fit()``, weights-only checkpoints and the
+  shipped runs, evaluation tables, the studies behind the book, whole-file writes and locks,
+  processes, the command line (``python -m pondernet_tutorial``), and the CUDA-graph training step;
 * ``analysis/``: the book's figures, the difficulty analysis and the notebooks' helpers;
 * ``pretrained/``: the shipped runs and the tables of every study.
 

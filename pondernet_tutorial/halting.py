@@ -13,12 +13,53 @@ the λ *logits* ``z_n`` (``λ_n = sigmoid(z_n)``) and ``log σ(z) = logsigmoid(z
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .options import check_lambda_p, check_max_steps  # the ranges of λ_p and N, declared once there
+
+# ------------------------------------------------------------------ the domains of λ_p, N and ε
+def check_lambda_p(lambda_p: float, name: str = "lambda_p") -> float:
+    """Return ``lambda_p`` as a float or raise a ``ValueError`` that says what is allowed.
+
+    ``λ_p = 1`` is refused: that prior puts all its mass on step 1, ``p_G(n) = 0`` for ``n > 1``, and
+    ``KL(p ‖ p_G)`` is infinite for every halting distribution with any mass beyond step 1 (every one a
+    sigmoid can produce). A network that always stops after one step is the fixed-step baseline
+    (``method="fixed"``, ``max_steps=1``).
+    """
+    lambda_p = float(lambda_p)
+    if not 0.0 < lambda_p < 1.0:
+        raise ValueError(
+            f"{name} must lie strictly between 0 and 1, got {lambda_p}. It is the prior's per-step "
+            "halting probability: the geometric prior has mean 1/lambda_p steps (0.2 gives 5 steps); "
+            "for exactly one step use the fixed-step method (--method fixed --max-steps 1)."
+        )
+    return lambda_p
+
+
+def check_max_steps(max_steps: int, name: str = "max_steps") -> int:
+    """Return ``max_steps`` (N) as an int or raise a ``ValueError``: N counts steps, a whole number >= 1."""
+    if (
+        isinstance(max_steps, bool)
+        or not isinstance(max_steps, numbers.Real)
+        or not float(max_steps).is_integer()
+        or max_steps < 1
+    ):
+        raise ValueError(f"{name} must be an integer >= 1, got {max_steps!r}.")
+    return int(max_steps)
+
+
+def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
+    """ε must lie in (0, 1): the halting distribution is cut at the first step where the mass that
+    halted exceeds 1 − ε (the paper's rule for N; ACT halts at Σh ≥ 1 − ε)."""
+    epsilon = float(epsilon)
+    if not 0.0 < epsilon < 1.0:
+        raise ValueError(
+            f"{name} must lie strictly between 0 and 1 (ACT halts at Σh ≥ 1 − ε), got {epsilon}."
+        )
+    return epsilon
 
 
 def log_halting_distribution(lambda_logits: Tensor) -> Tensor:

@@ -16,13 +16,34 @@ this package avoids "forward" and "reverse".)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .halting import log_geometric_prior
-from .options import KL_DIRECTIONS, check_beta, check_kl_direction, check_lambda_p, check_max_steps  # noqa: F401
+from .halting import check_lambda_p, check_max_steps, log_geometric_prior
+
+KL_DIRECTIONS = ("p_prior", "prior_p")  # KL(p ‖ p_G) (the paper's), KL(p_G ‖ p)
+
+
+def check_kl_direction(direction: str, name: str = "kl_direction") -> str:
+    """Return the KL direction's name, or raise a ``ValueError`` that names the two."""
+    if direction not in KL_DIRECTIONS:
+        raise ValueError(
+            f"{name} must be 'p_prior' (the paper's KL(p || p_G)) or 'prior_p' (KL(p_G || p)), "
+            f"got {direction!r}."
+        )
+    return direction
+
+
+def check_beta(beta: float, name: str = "beta") -> float:
+    """Return ``beta`` as a float or raise a ``ValueError``: the KL weight must be finite and >= 0."""
+    if not 0 <= float(beta) < math.inf:
+        raise ValueError(
+            f"{name} must be >= 0 and finite, got {beta}: it weighs the KL regulariser (0 turns it off)."
+        )
+    return float(beta)
 
 
 def per_sample_cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:

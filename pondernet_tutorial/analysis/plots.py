@@ -18,7 +18,7 @@ import seaborn as sns
 from matplotlib.ticker import MaxNLocator
 
 from ..halting import geometric_prior
-from ..registry import get_experiment
+from ..runs.registry import get_experiment
 
 # The book's column is about 690 CSS px wide (tools/check_rendering.py measures it); an SVG figure is
 # shown at 96 px per inch, so 6.8 inches (653 px) fit it with a margin.

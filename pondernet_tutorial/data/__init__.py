@@ -7,5 +7,5 @@
 
 A new task is a ``LightningDataModule`` in a module of its own here. Besides the usual loaders it has
 ``test_set_names`` (one name per test loader) and ``evaluation_sets()`` (the test sets as tensors, for
-the evaluation tables); an entry in :mod:`pondernet_tutorial.registry` makes it an experiment.
+the evaluation tables); an entry in :mod:`pondernet_tutorial.runs.registry` makes it an experiment.
 """

@@ -5,7 +5,7 @@ PyTorch alone, :mod:`.mnist` loads and rotates MNIST's tensors. The modules here
 ``Trainer``: :class:`GeneratedDataModule` for the generated tasks (fresh training batches, fixed
 validation and per-``k`` test sets), :class:`ParityDataModule`, :class:`PointerDataModule` and
 :class:`MNISTDataModule`. A new task is a generator in a module of its own in ``data/`` and its data
-module here; an entry in :mod:`pondernet_tutorial.registry` makes it an experiment.
+module here; an entry in :mod:`pondernet_tutorial.runs.registry` makes it an experiment.
 """
 
 from __future__ import annotations

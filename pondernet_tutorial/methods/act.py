@@ -23,14 +23,24 @@ waits for the device to learn ``T``.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
-from ..halting import first_halt
+from ..halting import check_epsilon, first_halt
 from ..losses import per_sample_loss
-from ..options import check_epsilon, check_tau
 from ..steps.base import select_rows, state_batch_size
 from .base import HaltingMethod, Unroll, finite_input
+
+
+def check_tau(tau: float, name: str = "tau") -> float:
+    """τ must be finite and ≥ 0: it weighs ACT's ponder cost."""
+    if not 0 <= float(tau) < math.inf:
+        raise ValueError(
+            f"{name} must be >= 0 and finite, got {tau}: it weighs ACT's ponder cost (0 turns it off)."
+        )
+    return float(tau)
 
 
 def act_halt_step(halting_logits: Tensor, epsilon: float) -> Tensor:

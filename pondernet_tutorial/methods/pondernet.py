@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from ..halting import (
+    check_epsilon,
     first_halt,
     geometric_prior,
     halting_uniforms,
@@ -23,7 +24,6 @@ from ..halting import (
     sample_halting_step,
 )
 from ..losses import PonderLoss
-from ..options import check_epsilon
 from ..steps.base import select_rows, state_batch_size
 from .base import HaltingMethod, Unroll, at_step, finite_input
 

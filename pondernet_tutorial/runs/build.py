@@ -8,10 +8,10 @@ import sys
 import lightning as L
 import torch
 
-from ..registry import get_experiment, import_path
 from .config import TrainConfig
 from .cuda_graph import GraphedPonderLitModule
 from .module import RunModule
+from .registry import get_experiment, import_path
 
 
 def make_datamodule(config: TrainConfig, test_rotations=None, test_subset=None):

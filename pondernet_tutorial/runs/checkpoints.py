@@ -9,9 +9,8 @@ configuration in ``metadata.json`` beside the weights.
 
 The hyperparameters name the step function, the halting method and the loss by registered name, so
 any run that the registry describes is rebuilt from its file. What they name is looked up among the
-registered components (:data:`~pondernet_tutorial.steps.STEPS`, :data:`~pondernet_tutorial.methods.METHODS`,
-:data:`~pondernet_tutorial.registry.LOSSES`), with the options they declare, and nothing else is
-imported or called, unless the caller trusts the file (``trust_code=True``, ``evaluate --trust-code``),
+registered components (:data:`~.registry.STEPS`, :data:`~.registry.METHODS`,
+:data:`~.registry.LOSSES`), with the options they declare, and nothing else is imported or called, unless the caller trusts the file (``trust_code=True``, ``evaluate --trust-code``),
 as with Hugging Face's ``trust_remote_code``. A model file in a run folder must also be the model that
 the folder's ``metadata.json`` records, and the one that the caller asks for.
 
@@ -29,10 +28,6 @@ from pathlib import Path
 
 import torch
 
-from ..methods import METHOD_OPTIONS, METHODS
-from ..options import MAX_PARAMETERS, PARAMETERS_REASON, check_max_steps
-from ..registry import LOSSES, UnregisteredComponentError, check_registered, is_plain
-from ..steps import STEP_OPTIONS, STEPS
 from .build import make_module
 from .config import (
     PRETRAINED_DIR,
@@ -45,6 +40,8 @@ from .config import (
 )
 from .files import DamagedFileError, atomic_file, open_regular, read_json
 from .module import RunModule
+from .options import MAX_PARAMETERS, METHOD_OPTIONS, PARAMETERS_REASON, STEP_OPTIONS, check_steps
+from .registry import LOSSES, METHODS, STEPS, UnregisteredComponentError, check_registered, is_plain
 
 FORMAT = "pondernet_tutorial/weights-v3"
 TRUST_HINT = "Load it only if you trust the file: load_model(..., trust_code=True), or evaluate --trust-code"
@@ -146,7 +143,7 @@ def _one_line(error: BaseException) -> str:
 
 
 def _check_sizes(hparams: dict, path: Path) -> None:
-    """Refuse a checkpoint whose sizes exceed the declared maxima (:mod:`pondernet_tutorial.options`),
+    """Refuse a checkpoint whose sizes exceed the declared maxima (:mod:`.options`),
     or whose model would hold more than ``MAX_PARAMETERS`` weights, before anything is allocated: the
     model is first built on PyTorch's ``meta`` device, which holds shapes and no memory. Activation
     memory grows with the batch, the steps and the widths, each bounded by its own declared maximum."""
@@ -167,7 +164,7 @@ def _check_sizes(hparams: dict, path: Path) -> None:
                 if key in declared:
                     declared[key].validate(f"{name} {key}", value)
                 elif key in ("max_steps", "eval_max_steps") and value is not None:
-                    check_max_steps(value, f"{name} {key}")
+                    check_steps(value, f"{name} {key}")
         n_classes = hparams.get("n_classes")
         if isinstance(n_classes, int) and not 1 <= n_classes <= 100_000:
             raise ValueError(f"n_classes must lie in [1, 100,000], got {n_classes}")

@@ -12,10 +12,6 @@ import os
 import sys
 from dataclasses import fields
 
-from ..methods import METHOD_OPTIONS, METHODS
-from ..options import Option, at_least
-from ..registry import EXPERIMENTS, get_experiment
-from ..steps import STEPS
 from .config import (
     FIELD_OPTIONS,
     PRETRAINED_DIR,
@@ -25,6 +21,8 @@ from .config import (
     other_methods_options,
 )
 from .config import option as declared_option
+from .options import METHOD_OPTIONS, Option, at_least
+from .registry import EXPERIMENTS, METHODS, STEPS, get_experiment
 
 # evaluate --pretrained names a shipped run by the options that name it in train (--tau, --lambda-p, ...)
 RUN_OPTIONS = tuple(

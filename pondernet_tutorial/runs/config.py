@@ -1,7 +1,7 @@
 """A run's configuration, the folder it is saved in, and the check that a saved run fits a request.
 
 :class:`TrainConfig` holds everything a run depends on. A field left at ``None`` takes the experiment's
-default (:mod:`~pondernet_tutorial.registry`), else the global one below, so
+default (:mod:`~.registry`), else the global one below, so
 ``TrainConfig(experiment="parity-extrapolation", method="act")`` is the book's ACT run on parity.
 
 Its *identity* (:meth:`TrainConfig.identity`) is the part that changes the trained model: not where the
@@ -12,8 +12,8 @@ never share a folder, and a saved run is reused only when its recorded identity 
 one (:func:`check_same_identity`).
 
 Every field is declared once (:func:`setting`: type, default, help, choices, range check), and the
-halting methods' options in :data:`~pondernet_tutorial.methods.METHOD_OPTIONS`; the command line is
-built from these declarations. This module imports no PyTorch (checking a strategy other than ``auto``
+halting methods' options in :data:`~.options.METHOD_OPTIONS`; the command line is built from these
+declarations. This module imports no PyTorch (checking a strategy other than ``auto``
 looks it up in Lightning, and more CPU devices than cores under ``auto`` asks PyTorch for a GPU).
 """
 
@@ -25,21 +25,22 @@ import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from ..methods import METHOD_OPTIONS, METHODS, NAMED_IN_FOLDER
-from ..options import (
+from .options import (
     BATCH_REASON,
     EPOCHS_REASON,
     MAX_BATCH,
     MAX_EPOCHS,
+    METHOD_OPTIONS,
+    NAMED_IN_FOLDER,
+    STEP_OPTIONS,
     Option,
     above,
     at_least,
     between,
-    check_max_steps,
+    check_steps,
     in_range,
 )
-from ..registry import EXPERIMENTS, get_experiment
-from ..steps import STEP_OPTIONS, STEPS
+from .registry import EXPERIMENTS, METHODS, STEPS, get_experiment
 
 PRETRAINED_DIR = Path(__file__).parents[1] / "pretrained"  # the shipped runs
 WEIGHTS = "model.safetensors"  # a run's model file: its weights, and its hyperparameters in the header
@@ -55,7 +56,7 @@ class ConfigMismatchError(ValueError):
 
 
 def setting(kind: type, default, help: str, **declaration):
-    """A field of :class:`TrainConfig` declared once: an :class:`~pondernet_tutorial.options.Option`
+    """A field of :class:`TrainConfig` declared once: an :class:`~.options.Option`
     (type, global default, help, choices, range check, ...) in the field's metadata. The field itself
     defaults to ``None``: the experiment's default, else ``default``."""
     option = Option(kind, default, help, **declaration)
@@ -65,7 +66,7 @@ def setting(kind: type, default, help: str, **declaration):
 
 
 def check_step(step: str, name: str = "step") -> str:
-    """A registered step function (:data:`~pondernet_tutorial.steps.STEPS`) or an import path
+    """A registered step function (:data:`~.registry.STEPS`) or an import path
     ``module:Class`` (imported only when the run is built)."""
     module, _, qualname = step.partition(":")
     if step not in STEPS and not (module and qualname):
@@ -143,23 +144,17 @@ def check_cpu_devices(accelerator: str, devices) -> None:
 
 
 # ------------------------------------------------------------------ the configuration
-def method_option():
-    """A field for an option of the halting methods: its type, defaults, help and check are declared
-    with the method, in :data:`~pondernet_tutorial.methods.METHOD_OPTIONS`; ``None`` takes the chosen
-    method's default."""
-    return field(default=None, metadata={"method_option": True})
-
-
 @dataclass
 class TrainConfig:
     """Everything a run depends on. ``None`` means: the experiment's default, else the global one.
 
     Each field is declared once, with its type, global default, help, choices and range check
-    (:func:`setting`); the halting methods' options are fields too (:func:`method_option`), whose
-    defaults, help and checks are declared per method in
-    :data:`~pondernet_tutorial.methods.METHOD_OPTIONS`. Fields are grouped as: what is trained (experiment, method, step function and their
-    options), how (optimiser, schedule, stopping), and where (device, folders, logger; not part of the
-    identity).
+    (:func:`setting`). The halting methods' options are plain fields that default to ``None``: the
+    chosen method's default, which its constructor declares (read by
+    :data:`~.options.METHOD_OPTIONS`, with each option's help and check), unless the experiment sets
+    one; a method's irrelevant options stay ``None``. Fields are grouped as: what is trained
+    (experiment, method, step function and their options), how (optimiser, schedule, stopping), and
+    where (device, folders, logger; not part of the identity).
     """
 
     experiment: str = setting(
@@ -202,20 +197,20 @@ class TrainConfig:
     lr: float | None = setting(float, 1e-3, "Adam learning rate", check=above(0))
     grad_clip: float | None = setting(float, 0.5, "gradient-norm clipping, 0 for none", check=at_least(0))
     max_steps: int | None = setting(
-        int, 20, "N, the most steps (fixed: the number of steps)", check=check_max_steps
+        int, 20, "N, the most steps (fixed: the number of steps)", check=check_steps
     )
-    # The halting methods' options (methods.METHOD_OPTIONS), in the order run folders name them:
+    # The halting methods' options (options.METHOD_OPTIONS), in the order run folders name them:
     # PonderNet's, ACT's, then those several methods share.
-    lambda_p: float | None = method_option()
-    beta: float | None = method_option()
-    kl_direction: str | None = method_option()
-    renormalize_prior: bool | None = method_option()
-    train_epsilon: float | None = method_option()
-    learn_halting: bool | None = method_option()
-    tau: float | None = method_option()
-    epsilon: float | None = method_option()
-    halting_bias: float | None = method_option()
-    eval_max_steps: int | None = method_option()
+    lambda_p: float | None = None
+    beta: float | None = None
+    kl_direction: str | None = None
+    renormalize_prior: bool | None = None
+    train_epsilon: float | None = None
+    learn_halting: bool | None = None
+    tau: float | None = None
+    epsilon: float | None = None
+    halting_bias: float | None = None
+    eval_max_steps: int | None = None
     lr_schedule: str | None = setting(
         str, "plateau", "plateau (ReduceLROnPlateau on val/acc) or constant", choices=LR_SCHEDULES
     )

@@ -179,7 +179,7 @@ def evaluation_record(config: TrainConfig, limit: int | None, seed: int, set_nam
 
 
 def _datamodule_and_record(config: TrainConfig, limit: int | None, seed: int, sweep: str | None):
-    from ..registry import get_experiment
+    from .registry import get_experiment
     from .training import make_datamodule
 
     sweep = sweep or get_experiment(config.experiment).evaluation.get("sweep")
@@ -223,8 +223,8 @@ def evaluate_run(
         sweep: the data module's named set of test sets (MNIST: ``"full"``); default the experiment's.
         module: the trained module, if already in memory (else ``model.safetensors`` is loaded).
     """
-    from ..registry import get_experiment
     from .checkpoints import load_model
+    from .registry import get_experiment
 
     experiment = get_experiment(config.experiment)
     run_dir = config.run_dir
@@ -252,7 +252,7 @@ def evaluate_run(
 def has_difficulty(config: TrainConfig) -> bool:
     """True for the experiments whose test samples carry a difficulty ``k`` (parity, pointer chasing)."""
     from ..analysis.difficulty import DIFFICULTY
-    from ..registry import get_experiment
+    from .registry import get_experiment
 
     return DIFFICULTY in get_experiment(config.experiment).group_by
 

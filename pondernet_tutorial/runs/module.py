@@ -19,9 +19,7 @@ import torch
 from torchmetrics import MeanMetric, MetricCollection
 
 from ..lightning_module import PonderLitModule
-from ..methods import method_class
-from ..registry import LOSSES, describe_component, resolve_component
-from ..steps import STEPS
+from .registry import LOSSES, STEPS, describe_component, method_class, resolve_component
 
 
 def build_model(

@@ -21,10 +21,10 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from ..options import MAX_PARAMETERS
 from .checkpoints import CheckpointError
 from .config import WEIGHTS, TrainConfig, _plain, identity_differences
 from .files import open_regular, read_json
+from .options import MAX_PARAMETERS
 from .processes import is_rank_zero
 
 LAST = "last"  # checkpoints/last.ckpt: the state after the last epoch, what a resumed run reads

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..methods import METHOD_OPTIONS
 from .config import (
     PRETRAINED_DIR,
     WEIGHTS,
@@ -45,6 +44,7 @@ from .config import (
     identity_differences,
 )
 from .files import folder_lock, read_json, read_table, write_csv, write_json
+from .options import METHOD_OPTIONS
 from .processes import Interrupted, check_jobs, is_rank_zero, stop_on_signals
 
 if TYPE_CHECKING:  # pandas is imported where it is used: listing the studies stays light
@@ -433,7 +433,7 @@ def reproduce(
 
 
 def _quick_limit(config: TrainConfig) -> int | None:
-    from ..registry import get_experiment
+    from .registry import get_experiment
 
     return get_experiment(config.experiment).quick.get("limit")
 

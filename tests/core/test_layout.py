@@ -6,7 +6,9 @@ Deliberate breaks these tests catch (each was tried):
   test_no_import_circle;
 - ``data/parity.py`` importing ``GeneratedDataModule`` from ``data/modules.py``:
   test_the_minimal_ponder_net_and_the_generators_load_no_lightning;
-- a ``match`` statement in a module, with ``requires-python >= 3.9``: test_requires_python_is_true.
+- a ``match`` statement in a module, with ``requires-python >= 3.9``: test_requires_python_is_true;
+- ``halting.py`` importing ``MAX_STEPS`` from ``runs/options.py``, and ``steps/parity.py`` importing
+  ``STEPS`` from ``runs/registry.py`` inside a function: test_the_taught_code_knows_no_names.
 """
 
 import ast
@@ -25,8 +27,6 @@ CORE = (
     "minimal",
     "halting",
     "losses",
-    "options",
-    "registry",
     "lightning_module",
     "fitting",
     "steps",
@@ -94,16 +94,45 @@ def test_no_import_circle():
             visit(node)
 
 
-def test_the_taught_core_imports_no_run_machinery():
-    for name, path in FILES.items():
-        short = name.removeprefix("pondernet_tutorial.")
-        if short.split(".")[0] in CORE:
-            machinery = {
-                t
-                for t in imports_of(path)
-                if t.startswith(("pondernet_tutorial.runs", "pondernet_tutorial.analysis"))
-            }
-            assert not machinery, f"{name} imports {sorted(machinery)}"
+TAUGHT = sorted(name for name in FILES if name.removeprefix("pondernet_tutorial.").split(".")[0] in CORE)
+
+
+def knows_names(module: str) -> bool:
+    """The run machinery, or a table of names and options wherever it lies (a module ``registry`` or
+    ``options``)."""
+    return module.startswith(("pondernet_tutorial.runs", "pondernet_tutorial.analysis")) or module.rsplit(
+        ".", 1
+    )[-1] in ("registry", "options")
+
+
+@pytest.mark.parametrize("name", TAUGHT)
+def test_the_taught_code_knows_no_names(name):
+    """No module of the taught code (minimal, halting, losses, steps/, methods/, data/, lightning_module,
+    fitting) imports runs/, analysis/, the registry of names or the option declarations: a step function's
+    or a method's constructor is its declaration, and the names belong to runs/."""
+    found = sorted(t for t in imports_of(FILES[name]) if knows_names(t))
+    assert not found, f"{name} imports {found}"
+
+
+def test_the_registry_and_the_option_declarations_are_the_runs():
+    """The names (experiments, step functions, methods, losses) and the command line's options live in
+    runs/; the taught packages hold no table of them."""
+    assert {"pondernet_tutorial.runs.registry", "pondernet_tutorial.runs.options"} <= MODULES
+    assert not {
+        m
+        for m in MODULES
+        if knows_names(m) and not m.startswith(("pondernet_tutorial.runs", "pondernet_tutorial.analysis"))
+    }
+    for package in ("steps", "methods"):
+        tree = ast.parse(FILES[f"pondernet_tutorial.{package}"].read_text())
+        assigned = [
+            t.id
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Assign, ast.AnnAssign))
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(t, ast.Name)
+        ]
+        assert not assigned, f"{package}/__init__.py declares {assigned}"
 
 
 def test_the_core_tests_import_no_run_machinery():

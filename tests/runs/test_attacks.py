@@ -188,7 +188,7 @@ def test_a_checkpoint_with_a_huge_size_is_refused_before_anything_is_allocated(
 def test_a_model_with_too_many_weights_is_refused_even_within_each_maximum(tmp_path, monkeypatch):
     """A step named by its import path (trust_code) takes no declared options: the weights estimated
     on the meta device decide."""
-    import pondernet_tutorial.options as options
+    import pondernet_tutorial.runs.options as options
 
     monkeypatch.setattr(options, "MAX_PARAMETERS", 1000)
     monkeypatch.setattr(checkpoints, "MAX_PARAMETERS", 1000)
@@ -566,7 +566,7 @@ def test_evaluate_pretrained_names_the_run_by_its_options_and_ends_with_a_summar
 
 
 def test_pretrained_offers_only_the_experiments_with_shipped_runs(capsys, monkeypatch):
-    from pondernet_tutorial.registry import EXPERIMENTS
+    from pondernet_tutorial.runs.registry import EXPERIMENTS
 
     shipped = {p.parts[-4] for p in PRETRAINED_DIR.glob(f"*/*/seed*/{WEIGHTS}")}
     unshipped = sorted(set(EXPERIMENTS) - shipped)

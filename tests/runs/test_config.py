@@ -64,7 +64,7 @@ def test_variant_names():
         ({"stop_at_val_acc": 1.5}, r"stop_at_val_acc must lie in \[0, 1\]"),
         ({"epochs": True}, "epochs must be an integer"),
         ({"step": "nope"}, "step must be one of mnist_mlp, .* or an import path module:Class"),
-        # the step function's options, from its declaration in steps.STEP_OPTIONS, and the experiment's data
+        # the step function's options, from its declaration in runs.options.STEP_OPTIONS, and the experiment's data
         ({"step_options": {"bogus": 1}}, "unknown step option 'bogus' for step function mnist_mlp"),
         ({"step_options": {"hidden_size": "abc"}}, "hidden_size must be an integer, got 'abc'"),
         ({"step_options": {"hidden_size": -4}}, "hidden_size must be >= 1"),
@@ -137,17 +137,26 @@ def test_more_cpu_devices_than_cores_are_refused(monkeypatch):
     assert TrainConfig(devices=cores + 1).devices == cores + 1  # a GPU machine: Lightning counts the GPUs
 
 
-def test_each_range_check_lives_in_one_function():
-    """The configuration, the command line and the classes check a range with the same function."""
-    from pondernet_tutorial import halting, losses, options
-    from pondernet_tutorial.methods import METHOD_OPTIONS, act
+def test_each_range_check_lives_where_its_equation_is_taught():
+    """The configuration and the command line check an option of a halting method with the function of
+    the module that teaches its equation (named by import path, so that --help loads no PyTorch), the
+    function the class itself calls: one message, wherever the value comes from."""
+    from pondernet_tutorial import halting, losses
+    from pondernet_tutorial.methods import act
+    from pondernet_tutorial.runs.options import METHOD_OPTIONS
+    from pondernet_tutorial.runs.registry import import_path
 
-    assert METHOD_OPTIONS["pondernet"]["lambda_p"].check is options.check_lambda_p is halting.check_lambda_p
-    assert METHOD_OPTIONS["pondernet"]["beta"].check is options.check_beta is losses.check_beta
-    assert METHOD_OPTIONS["pondernet"]["kl_direction"].check is options.check_kl_direction
-    assert losses.check_kl_direction is options.check_kl_direction
-    assert METHOD_OPTIONS["act"]["tau"].check is options.check_tau is act.check_tau
-    assert METHOD_OPTIONS["act"]["epsilon"].check is options.check_epsilon is act.check_epsilon
+    taught = {
+        ("pondernet", "lambda_p"): halting.check_lambda_p,
+        ("pondernet", "beta"): losses.check_beta,
+        ("pondernet", "kl_direction"): losses.check_kl_direction,
+        ("pondernet", "train_epsilon"): halting.check_epsilon,
+        ("act", "tau"): act.check_tau,
+        ("act", "epsilon"): halting.check_epsilon,
+    }
+    for (method, name), check in taught.items():
+        assert import_path(METHOD_OPTIONS[method][name].check) is check, (method, name)
+    assert METHOD_OPTIONS["pondernet"]["kl_direction"].choices == losses.KL_DIRECTIONS  # read, not copied
     with pytest.raises(ValueError) as from_config:
         TrainConfig(lambda_p=1.5)
     with pytest.raises(ValueError) as from_loss:
@@ -155,36 +164,50 @@ def test_each_range_check_lives_in_one_function():
     assert str(from_config.value) == str(from_loss.value)
 
 
-def test_each_declared_option_reaches_its_class_with_the_declared_default():
-    """A method's options are its constructor's keywords, with the same defaults; a step function's
-    declared options are exactly its constructor's keywords besides n_classes."""
+def test_each_default_is_the_constructors():
+    """A method's and a step function's options are keywords of its constructor, and the defaults that the
+    option tables read from the constructor's source (without importing it) are the signature's: every
+    parameter of every registered class, as inspect sees it on the imported class."""
     import inspect
 
-    from pondernet_tutorial.methods import METHOD_OPTIONS, method_class
-    from pondernet_tutorial.steps import STEP_OPTIONS, STEPS, step_class
+    from pondernet_tutorial.runs.options import (
+        METHOD_OPTIONS,
+        REQUIRED,
+        STEP_OPTIONS,
+        constructor_parameters,
+    )
+    from pondernet_tutorial.runs.registry import METHODS, STEPS, import_path
 
-    for method, declared in METHOD_OPTIONS.items():
-        parameters = inspect.signature(method_class(method).__init__).parameters
-        for name, option in declared.items():
-            assert name in parameters and parameters[name].default == option.default, (method, name)
-    assert set(STEP_OPTIONS) == set(STEPS)
-    for step, declared in STEP_OPTIONS.items():
-        parameters = set(inspect.signature(step_class(step).__init__).parameters) - {"self", "n_classes"}
-        assert set(declared) == parameters, step
+    assert set(STEP_OPTIONS) == set(STEPS) and set(METHOD_OPTIONS) == set(METHODS)
+    for registry, tables in ((METHODS, METHOD_OPTIONS), (STEPS, STEP_OPTIONS)):
+        for name, path in registry.items():
+            signature = inspect.signature(import_path(path).__init__).parameters
+            expected = {
+                key: REQUIRED if p.default is inspect.Parameter.empty else p.default
+                for key, p in signature.items()
+                if key != "self"
+            }
+            assert constructor_parameters(path) == expected, name
+            for key, option in tables[name].items():
+                default = None if expected[key] is REQUIRED else expected[key]
+                assert option.default == default and type(option.default) is type(default), (name, key)
+    for step, declared in STEP_OPTIONS.items():  # a step function's options: all its keywords
+        assert set(declared) == set(constructor_parameters(STEPS[step])) - {"n_classes"}, step
 
 
 def test_the_configuration_has_a_field_for_every_method_option():
-    """TrainConfig declares one field per option of the halting methods (METHOD_OPTIONS), of its type,
-    in the order run folders name them: each method's own options, then those several share."""
+    """TrainConfig declares one plain field per option of the halting methods (METHOD_OPTIONS), of its
+    type, in the order run folders name them: each method's own options, then those several share; every
+    other field is a setting of its own."""
     from dataclasses import fields
 
-    from pondernet_tutorial.methods import METHOD_OPTIONS
     from pondernet_tutorial.runs.config import TrainConfig
+    from pondernet_tutorial.runs.options import METHOD_OPTIONS
 
     names = [name for options in METHOD_OPTIONS.values() for name in options]
     own = [name for name in dict.fromkeys(names) if names.count(name) == 1]
     shared = [name for name in dict.fromkeys(names) if names.count(name) > 1]
-    declared = [f for f in fields(TrainConfig) if f.metadata.get("method_option")]
+    declared = [f for f in fields(TrainConfig) if "option" not in f.metadata]
     assert [f.name for f in declared] == own + shared
     for f in declared:
         kind = next(options[f.name].type for options in METHOD_OPTIONS.values() if f.name in options)

@@ -286,7 +286,7 @@ def test_a_checkpoint_naming_logging_basicconfig_writes_nothing(tmp_path):
 def test_registered_components_take_only_the_options_they_declare(tmp_path):
     """No ``**kwargs`` surprises: an option that a registered component does not declare is refused
     (a component with ``**kwargs`` would otherwise receive anything a file gives it)."""
-    from pondernet_tutorial.registry import UnregisteredComponentError, check_registered
+    from pondernet_tutorial.runs.registry import UnregisteredComponentError, check_registered
 
     def permissive(n_classes, hidden_size=4, **anything):
         return None
@@ -313,7 +313,7 @@ def test_trust_code_opts_in_to_a_checkpoint_that_names_a_component_by_its_path(t
     """A shipped model whose step function is named by its import path, not its registered name:
     ``evaluate --checkpoint`` refuses it in one line (exit 2) and evaluates it with ``--trust-code``
     (exit 0, the table printed). Break tried: the command line ignoring the flag."""
-    from pondernet_tutorial.steps import STEPS
+    from pondernet_tutorial.runs.registry import STEPS
 
     shipped = PRETRAINED_DIR / "parity-interpolation"
     hparams, state = read_weights(shipped / "pondernet-lambda_p=0.2-beta=0.01" / "seed0" / WEIGHTS)

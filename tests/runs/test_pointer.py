@@ -21,8 +21,8 @@ from pondernet_tutorial.data.pointer import END_PROB, pointer_batch
 from pondernet_tutorial.methods.pondernet import PonderNet
 from pondernet_tutorial.runs.config import WEIGHTS, TrainConfig
 from pondernet_tutorial.runs.evaluation import evaluate_run
+from pondernet_tutorial.runs.registry import step_class
 from pondernet_tutorial.runs.training import train
-from pondernet_tutorial.steps import step_class
 from pondernet_tutorial.steps.pointer import PointerStep
 
 

@@ -1,10 +1,14 @@
-"""The experiment registry: every experiment of the book, by name, in one place.
+"""The registry: every experiment of the book, and every step function, halting method and loss, by name.
 
 An :class:`Experiment` names its data module, its default step function, the number of classes, the
 data options (MNIST's training rotation, parity's lengths), the training defaults that differ from
 :class:`~pondernet_tutorial.runs.config.TrainConfig`'s, its quick (CI) settings and how its evaluation
 tables are grouped. Everything else (training, evaluation, checkpoints, the command line, the
 notebooks) looks experiments up here, so a new experiment is one new entry in :data:`EXPERIMENTS`.
+
+A step function, a halting method and a task loss are registered by name in :data:`STEPS`,
+:data:`METHODS` and :data:`LOSSES`: the names that configurations, run folders and checkpoints use. The
+taught code (``steps/``, ``methods/``, ``losses``) knows none of these names.
 
 Components are named by import path (``"package.module:Name"``) and imported only when used, so this
 module, the configuration and ``python -m pondernet_tutorial --help`` load without PyTorch. Code that
@@ -34,7 +38,7 @@ class Experiment:
         description: one line for ``--help``.
         datamodule: import path of the ``LightningDataModule``.
         data_options: keyword arguments of the data module (the training rotation, parity's ranges).
-        step: name of the default step function in :data:`pondernet_tutorial.steps.STEPS`.
+        step: name of the default step function in :data:`STEPS`.
         step_options: keyword arguments of the default step function (besides ``n_classes``).
         n_classes: number of classes.
         defaults: training settings that differ from :class:`~pondernet_tutorial.runs.config.TrainConfig`'s;
@@ -207,8 +211,22 @@ def get_experiment(name: str) -> Experiment:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Components by name: step functions, halting methods, loss functions.
+# Components by name: step functions, halting methods, loss functions (import paths, resolved when
+# used: listing the names imports no PyTorch).
 
+STEPS: dict[str, str] = {
+    "mnist_mlp": "pondernet_tutorial.steps.mnist:MNISTStep",
+    "mnist_refine": "pondernet_tutorial.steps.mnist:MNISTRefineStep",
+    "mnist_cnn": "pondernet_tutorial.steps.mnist:MNISTPlainStep",
+    "parity_gru": "pondernet_tutorial.steps.parity:ParityStep",
+    "parity_rnn": "pondernet_tutorial.steps.parity:ParityRNNStep",
+    "pointer_attention": "pondernet_tutorial.steps.pointer:PointerStep",
+}
+METHODS: dict[str, str] = {
+    "pondernet": "pondernet_tutorial.methods.pondernet:PonderNet",
+    "act": "pondernet_tutorial.methods.act:ACT",
+    "fixed": "pondernet_tutorial.methods.fixed:FixedSteps",
+}
 LOSSES = {"cross_entropy": "pondernet_tutorial.losses:per_sample_cross_entropy"}
 
 
@@ -334,3 +352,15 @@ def describe_component(obj, registry: dict[str, str], kind: str):
             "level of a module (or a functools.partial of one), not a lambda or a local function."
         )
     return path
+
+
+def step_class(name: str):
+    """The step function class registered as ``name`` (or at an import path ``module:Class``)."""
+    return resolve_component(name, STEPS, "step function")
+
+
+def method_class(name: str):
+    """The halting method registered as ``name``."""
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; choose one of {', '.join(METHODS)}.")
+    return resolve_component(name, METHODS, "method")
