@@ -1,11 +1,11 @@
 """Halting methods: how a step function decides how many steps to take, and how that is trained.
 
-* :mod:`.base`: the unroll with early exit, ``HaltingRule``, ``PonderOutput``, ``PonderingMethod``;
+* :mod:`.base`: ``HaltingMethod``, whose ``forward`` is the full unroll, and ``Unroll``, what it returns;
 * :mod:`.pondernet`: PonderNet (sampled halting, KL to a geometric prior);
 * :mod:`.act`: Adaptive Computation Time (cumulative halting, ponder cost);
 * :mod:`.fixed`: the fixed-step baseline (always ``k`` steps).
 
-A new halting method is a ``PonderingMethod`` subclass in a module of its own here, whose constructor
+A new halting method is a ``HaltingMethod`` subclass with ``loss``, ``weights``, ``answer`` and ``infer``, in a module of its own here, whose constructor
 takes the step function, ``max_steps`` and its own options as typed keywords with literal defaults: that
 signature is its declaration, and each parameter's domain is checked where its equation is taught. The
 run machinery names it: an entry in :data:`pondernet_tutorial.runs.registry.METHODS` gives it the name

@@ -8,8 +8,8 @@ costs what the GPU needs, and the host never waits for it.
 A step can be captured when nothing in it needs a value from the device on the host (no ``.item()``,
 no ``if tensor:``, no shape that depends on the data) and its tensors keep their shapes and addresses
 from step to step. The package's training step is built that way (see
-:meth:`~pondernet_tutorial.methods.base.PonderingMethod.fit_forward`): every method unrolls all its
-steps and masks what comes after a sample's halt. What changes from step to step is copied into
+:meth:`~pondernet_tutorial.methods.base.HaltingMethod.forward`): every method unrolls all its steps
+and masks what comes after a sample's halt. What changes from step to step is copied into
 *static* tensors before a replay: the batch, and the learning rate, which Adam reads from a tensor on
 the device (``capturable=True``) so that a scheduler's ``fill_`` reaches the recorded update.
 
