@@ -377,10 +377,8 @@ class GraphedPonderLitModule(RunModule):
     optimiser, learning-rate tensor and schedule; the weights may have moved). After ``fit`` the graph
     and its memory are let go, so the module can be copied, pickled and trained again.
 
-    The step adds its logged values to one tensor of sums on the device, inside the graph; the host
-    only counts the samples, and hands the sums to the training metrics once an epoch: the same epoch
-    means as :class:`~pondernet_tutorial.lightning_module.PonderLitModule` logs, without six metric
-    updates a step.
+    The step adds its logged values to :class:`~pondernet_tutorial.runs.module.RunModule`'s tensor of
+    sums inside the graph, so the host has nothing to do for them.
 
     Args: those of :class:`~pondernet_tutorial.lightning_module.PonderLitModule`, and
         graphs: how to capture; ``None``: CUDA's (:class:`CudaGraphs`) on a CUDA device, and eager
@@ -397,15 +395,13 @@ class GraphedPonderLitModule(RunModule):
         self.graphs = graphs
         self._graphed: GraphedStep | None = None
         self.graph_replays = 0
-        self._fit_names = list(self.train_metrics.keys(keep_base=True))
-        self._fit_sums: Tensor | None = None  # per name, the sum over this epoch's samples so far
-        self._fit_count = 0  # samples in those sums
 
     def release_graph(self) -> None:
         """Forget the captured step (its static tensors, its memory pool) and the sums it wrote."""
         if self._graphed is not None:
             self.graph_replays += self._graphed.replays
-        self._graphed, self._fit_sums, self._fit_count = None, None, 0
+        self._graphed = None
+        self.release_sums()
 
     def on_fit_start(self) -> None:
         self.release_graph()
@@ -413,25 +409,6 @@ class GraphedPonderLitModule(RunModule):
 
     def on_fit_end(self) -> None:
         self.release_graph()
-
-    def _summed_values(self, x, y) -> dict[str, Tensor]:
-        """The training step's values, each also added, summed over the batch's samples, to the
-        epoch's sums: inside the graph, so the host has nothing to do for them."""
-        values = self.step_values(x, y)
-        batch = y.shape[0]
-        sums = [v.detach().sum() if v.dim() else v.detach() * batch for v in map(values.get, self._fit_names)]
-        self._fit_sums.add_(torch.stack(sums))
-        return values
-
-    def _log_fit_sums(self) -> None:
-        """Hand the epoch's sums to the training metrics (each a mean over the samples, as the plain
-        module's per-step updates give), and start the sums again, in place: the graph writes there."""
-        if self._fit_count:
-            metrics, means = self.train_metrics, self._fit_sums / self._fit_count
-            for name, mean in zip(self._fit_names, means):
-                metrics[name].update(mean, weight=self._fit_count)
-            self._fit_sums.zero_()
-            self._fit_count = 0
 
     def configure_optimizers(self):
         lr = torch.tensor(float(self.hparams.lr), device=self.device)  # the captured update reads a tensor
@@ -446,9 +423,9 @@ class GraphedPonderLitModule(RunModule):
             graphs = self.graphs
             if graphs is None and self.device.type == "cuda":
                 graphs = CudaGraphs()
-            self._fit_sums = torch.zeros(len(self._fit_names), device=self.device)
+            self.start_sums()  # before the capture: the graph writes into them
             self._graphed = GraphedStep(
-                self._summed_values,
+                self.summed_values,
                 self.parameters(),
                 optimizer.optimizer,
                 self.grad_clip,
@@ -465,15 +442,9 @@ class GraphedPonderLitModule(RunModule):
         self._fit_count += y.shape[0]
         return values["loss"].clone()  # the static loss is overwritten by the next replay
 
-    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
-        if batch_idx + 1 == self.trainer.num_training_batches:  # the module logs the epoch's means now
-            self._log_fit_sums()
-        super().on_train_batch_end(outputs, batch, batch_idx)
-
     def on_train_epoch_end(self) -> None:
         """The epoch's training means; then the plateau schedule, stepped by hand where Lightning
         would: after the epoch's validation."""
-        self._log_fit_sums()
         super().on_train_epoch_end()
         scheduler = self.lr_schedulers()
         if scheduler is not None and "val/acc" in self.trainer.callback_metrics:

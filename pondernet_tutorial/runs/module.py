@@ -8,7 +8,9 @@ plain module without changing what it computes (``tests/runs/test_run_module.py`
 compares the weights and the logged means):
 
 * ``compile=True`` compiles the unroll and the loss with ``torch.compile``;
-* its metrics skip torchmetrics' NaN check, which makes the host wait for the device at every update;
+* a training step adds its logged values to one tensor of sums on the device instead of updating eight
+  metrics, and the sums reach the metrics once an epoch (torchmetrics' NaN check, which makes the host
+  wait for the device, is skipped there too);
 * it clips the gradients itself (``grad_clip``), so that the step replayed from a CUDA graph
   (:class:`~pondernet_tutorial.runs.cuda_graph.GraphedPonderLitModule`) clips alike.
 """
@@ -16,6 +18,7 @@ compares the weights and the logged means):
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 from torchmetrics import MeanMetric, MetricCollection
 
 from ..lightning_module import PonderLitModule
@@ -86,9 +89,60 @@ class RunModule(PonderLitModule):
         for unsaved in ("grad_clip", "compile"):
             self.hparams.pop(unsaved)
         self.grad_clip = float(grad_clip)
+        self._fit_sums: Tensor | None = None  # per training metric, the sum over this epoch's samples
+        self._fit_count = 0
         self.compiled = bool(compile)
         if self.compiled:
             self.unroll_and_loss = torch.compile(self.unroll_and_loss)
+
+    def start_sums(self) -> None:
+        """Zero sums, one per training metric, on the device: what :meth:`summed_values` adds to."""
+        self._fit_sums = torch.zeros(len(self.train_metrics), device=self.device)
+        self._fit_count = 0  # samples in those sums
+
+    def release_sums(self) -> None:
+        self._fit_sums, self._fit_count = None, 0
+
+    def summed_values(self, x, y) -> dict[str, Tensor]:
+        """The training step's values, each also added, summed over the batch, to the epoch's sums."""
+        values = self.step_values(x, y)
+        batch = y.shape[0]
+        names = self.train_metrics.keys(keep_base=True)
+        sums = [
+            v.detach().float().sum() if v.dim() else v.detach().float() * batch
+            for v in map(values.get, names)
+        ]
+        self._fit_sums.add_(torch.stack(sums))
+        return values
+
+    def log_sums(self) -> None:
+        """Hand the epoch's sums to the training metrics (each a mean over the samples, as per-step
+        updates give) and log them; then start the sums again, in place (a CUDA graph writes there)."""
+        if self._fit_count:
+            means = self._fit_sums / self._fit_count
+            for name, mean in zip(self.train_metrics.keys(keep_base=True), means):
+                self.train_metrics[name].update(mean, weight=self._fit_count)
+            self._fit_sums.zero_()
+            self._fit_count = 0
+        self.log_epoch(self.train_metrics, "train")
+
+    def on_fit_start(self) -> None:
+        self.release_sums()
+
+    def training_step(self, batch, batch_idx: int) -> Tensor:
+        x, y = batch
+        if self._fit_sums is None:
+            self.start_sums()
+        values = self.summed_values(x, y)
+        self._fit_count += y.shape[0]
+        return values["loss"]
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        if batch_idx + 1 == self.trainer.num_training_batches:  # logged before validation and callbacks
+            self.log_sums()
+
+    def on_train_epoch_end(self) -> None:
+        self.log_sums()  # a loader without a length
 
     def stage_metrics(self) -> MetricCollection:
         """The plain module's means, without the NaN check that makes the host wait at each update."""
