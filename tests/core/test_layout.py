@@ -8,7 +8,8 @@ Deliberate breaks these tests catch (each was tried):
   test_the_minimal_ponder_net_and_the_generators_load_no_lightning;
 - a ``match`` statement in a module, with ``requires-python >= 3.9``: test_requires_python_is_true;
 - ``halting.py`` importing ``MAX_STEPS`` from ``runs/options.py``, and ``steps/parity.py`` importing
-  ``STEPS`` from ``runs/registry.py`` inside a function: test_the_taught_code_knows_no_names.
+  ``STEPS`` from ``runs/registry.py`` inside a function: test_the_taught_code_knows_no_names;
+- a blank line added to methods/base.py (81 lines): test_the_taught_files_keep_their_budgets.
 """
 
 import ast
@@ -183,6 +184,17 @@ def test_fit_is_the_standard_way_in_at_most_20_lines():
     tree = ast.parse(FILES["pondernet_tutorial.fitting"].read_text())
     (fit,) = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "fit"]
     assert code_lines(fit) <= 20, code_lines(fit)
+
+
+# The most lines each file of a training step may hold (issue 30): the method, its base class and the
+# LightningModule stay short enough to read in one sitting.
+BUDGETS = {"methods.pondernet": 150, "methods.base": 80, "lightning_module": 150}
+
+
+@pytest.mark.parametrize("name", BUDGETS)
+def test_the_taught_files_keep_their_budgets(name):
+    lines = len(FILES[f"pondernet_tutorial.{name}"].read_text().splitlines())
+    assert lines <= BUDGETS[name], f"{name} holds {lines} lines, its budget is {BUDGETS[name]}"
 
 
 def test_requires_python_is_true():
