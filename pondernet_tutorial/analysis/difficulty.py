@@ -359,12 +359,14 @@ def coin_draws(module, eval_set, draws: int = COIN_DRAWS, seed: int = 1, batch_s
     """A run's accuracy and ``ρ(k, n)`` over ``draws`` fresh draws of its halting coins, on one set.
 
     The network runs once; each draw samples new halting steps from the same halting logits
-    (``inference_halt_step`` with its own generator, seeds ``seed``, ``seed + 1``, …; the shipped
+    (``answer`` with its own generator, seeds ``seed``, ``seed + 1``, …; the shipped
     tables used seed 0). Methods whose halting is not random give the same value every draw.
 
     Returns:
         ``accuracy`` and ``rho``: arrays ``(draws,)``; ``rho_expected``: ``ρ(k, E[n])`` (no coins).
     """
+    from ..lightning_module import expected_steps  # E[n] from p: Lightning is imported only here
+
     model = module.model if hasattr(module, "model") else module
     model.eval()
     device = next(model.parameters()).device
@@ -374,7 +376,7 @@ def coin_draws(module, eval_set, draws: int = COIN_DRAWS, seed: int = 1, batch_s
             x = eval_set.inputs[start : start + batch_size].to(device)
             if not x.is_floating_point():
                 x = x.float() / 255.0
-            outs.append(model.evaluation_forward(x))
+            outs.append(model(x))  # every step of the evaluation's budget
     k = pd.Series(np.asarray(eval_set.per_sample[DIFFICULTY]))
     labels = eval_set.labels
     accuracy, rho = [], []
@@ -382,13 +384,13 @@ def coin_draws(module, eval_set, draws: int = COIN_DRAWS, seed: int = 1, batch_s
         generator = torch.Generator().manual_seed(seed + draw)
         steps, correct = [], []
         for start, out in zip(range(0, len(labels), batch_size), outs):
-            out.halt_step = model.inference_halt_step(out, generator)
-            y = labels[start : start + batch_size].to(device)
-            steps.append(out.halt_step.cpu())
-            correct.append((out.prediction_logits.argmax(-1).cpu() == y).float())
+            prediction, halt_step = model.answer(out, generator)
+            y = labels[start : start + batch_size]
+            steps.append(halt_step.cpu())
+            correct.append((prediction.argmax(-1).cpu() == y).float())
         accuracy.append(float(torch.cat(correct).mean()))
         rho.append(spearman(k, pd.Series(torch.cat(steps).numpy())))
-    expected = torch.cat([out.expected_steps.float().cpu() for out in outs]).numpy()
+    expected = torch.cat([expected_steps(model.weights(out)).float().cpu() for out in outs]).numpy()
     return {
         "accuracy": np.array(accuracy),
         "rho": np.array(rho),
