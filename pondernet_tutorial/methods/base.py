@@ -37,8 +37,10 @@ def at_step(logits: Tensor, step: Tensor) -> Tensor:
 def finite_input(x: Tensor, dtype: torch.dtype) -> Tensor:
     """An input given to ``infer``: finite floats, cast to the model's dtype (other tensors as given)."""
     if isinstance(x, Tensor) and x.is_floating_point():
-        if not bool(torch.isfinite(x).all()):
-            raise ValueError("the input holds NaN or infinite values: pass finite numbers.")
+        if bad := int((~torch.isfinite(x)).sum()):  # how many values are NaN or infinite
+            raise ValueError(
+                f"the input holds NaN or infinite values ({bad} of {x.numel()}): pass finite numbers."
+            )
         return x.to(dtype)
     return x
 
