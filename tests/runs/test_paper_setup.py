@@ -3,7 +3,8 @@ training's, ACT's evaluation budget, and the control with λ_n frozen at λ_p.
 
 Deliberate breaks these tests catch (each was tried):
 - the ε rule cutting at Σ p ≥ 1 − ε − 0.01 instead of Σ p > 1 − ε: test_epsilon_rule_matches_the_paper;
-- the step at N_ε left to the network's own λ (no ``_CERTAIN`` logit): test_epsilon_rule_matches_the_paper;
+- the step at N_ε left to the network's own λ (no logit 1e4, λ = 1, put there by ``truncate_at_epsilon``):
+  test_epsilon_rule_matches_the_paper;
 - the loss of an evaluation unroll computed over its last N steps instead of its first:
   test_the_evaluation_budget_changes_inference_not_the_loss;
 - the frozen control's early exit seeing the network's λ (``lambda_logits`` returning ``z`` in ``infer``):
