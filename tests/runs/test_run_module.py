@@ -9,7 +9,9 @@ Deliberate breaks these tests catch (each was tried):
   test_the_fast_path_trains_and_logs_as_the_plain_module;
 - ``RunModule.configure_gradient_clipping`` not clipping (``grad_clip`` ignored):
   test_the_fast_path_trains_and_logs_as_the_plain_module;
-- ``build_model`` dropping ``method_options`` or the loss: test_the_names_build_the_plain_model.
+- ``build_model`` dropping ``method_options`` or the loss: test_the_names_build_the_plain_model;
+- ``build_model`` letting a method's TypeError through for an option it does not take:
+  test_names_and_options_that_build_no_model_are_refused.
 """
 
 import functools
@@ -111,3 +113,24 @@ def test_the_names_build_the_plain_model():
         "eval_seed": 0,
     }
     assert RunModule(**dict(m.hparams)).hparams == m.hparams  # a model file's hparams build it again
+
+
+def test_names_and_options_that_build_no_model_are_refused():
+    """What a run or a model file may name: a registered step, method and loss (a lambda cannot be
+    saved as a name), options the method takes, in their ranges, and at least two classes."""
+    with pytest.raises(ValueError, match="lambda_p"):
+        run_module(method_options={"lambda_p": 0.0})
+    with pytest.raises(ValueError, match="max_steps"):
+        run_module(max_steps=0)
+    with pytest.raises(ValueError, match="beta"):
+        run_module(method_options={"beta": -0.1})
+    with pytest.raises(ValueError, match="does not take"):
+        run_module(method="act", method_options={"lambda_p": 0.2})
+    with pytest.raises(ValueError, match="n_classes"):
+        RunModule("parity_gru", 1, step_options={"n_elements": 8})
+    with pytest.raises(ValueError, match="unknown method"):
+        run_module(method="never")
+    with pytest.raises(ValueError, match="unknown step function"):
+        RunModule("nope", 2)
+    with pytest.raises(ValueError, match="lambda"):
+        run_module(loss_fn=lambda logits, y: torch.nn.functional.cross_entropy(logits, y, reduction="none"))
