@@ -261,7 +261,7 @@ def step_flops_per_image(config: TrainConfig, batch: int = 128) -> float:
     module = make_module(config)
     images, labels = torch.rand(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
     with FlopCounterMode(display=False) as counter:
-        module._training_values(images, labels)["loss"].backward()
+        module.step_values(images, labels)["loss"].backward()
     return counter.get_total_flops() / batch
 
 
@@ -289,7 +289,7 @@ def step_matmul_shapes(config: TrainConfig, batch: int = 128) -> list[tuple[int,
     module = make_module(config)
     images, labels = torch.rand(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
     with Shapes():
-        module._training_values(images, labels)["loss"].backward()
+        module.step_values(images, labels)["loss"].backward()
     return shapes
 
 
@@ -339,9 +339,9 @@ def inference(n_images: int, device: str = "cpu") -> dict:
 
     out = {}
     out["eval_reference_img_s"], _ = rate(lambda x: (reference((x - 0.1307) / 0.3081), 20)[1])
-    out["eval_package_full_img_s"], _ = rate(lambda x: model(x, halting="full").steps_run)
+    out["eval_package_full_img_s"], _ = rate(lambda x: model(x).logits.shape[0])  # every step
     out["eval_package_early_exit_img_s"], out["eval_early_exit_mean_steps_run"] = rate(
-        lambda x: model(x, halting="sample", generator=generator).steps_run
+        lambda x: int(model.infer(x, generator)[1].max())  # the loop runs until the last sample halts
     )
     return out
 

@@ -1,6 +1,11 @@
 """A tiny PonderNet on 8-element parity and a loader of it, shared by the module's tests
-(tests/core/test_lightning.py) and the run machinery's (tests/runs). This folder is on ``sys.path`` under
-pytest (it holds the rootdir's conftest.py and no ``__init__.py``)."""
+(tests/core/test_lightning.py) and the model files' (tests/runs/test_model_files.py). This folder is on
+``sys.path`` under pytest (it holds the rootdir's conftest.py and no ``__init__.py``).
+
+:func:`module` is the plain :class:`~pondernet_tutorial.PonderLitModule` around a built model (the
+taught code: nothing from ``runs/``); :func:`run_module` is the run machinery's
+:class:`~pondernet_tutorial.runs.module.RunModule`, which builds the same model from its names
+(:data:`PARITY`) and saves them as hyperparameters."""
 
 import torch
 import torch.nn.functional as F
@@ -12,16 +17,18 @@ PARITY = {"step": "parity_gru", "n_classes": 2, "step_options": {"n_elements": 8
 METHODS = {"pondernet": PonderNet, "act": ACT, "fixed": FixedSteps}
 
 
-def module(method="pondernet", max_steps=5, loss_fn=None, **options):
-    """The plain module over a model built by hand."""
-    model = METHODS[method](
-        ParityStep(n_elements=8, hidden_size=16), max_steps=max_steps, loss_fn=loss_fn, **options
-    )
-    return PonderLitModule(model)
+def model(method="pondernet", max_steps=5, **options):
+    """The halting method ``method`` over the tiny parity step function (``options``: the method's)."""
+    return METHODS[method](ParityStep(n_elements=8, hidden_size=16), max_steps=max_steps, **options)
+
+
+def module(method="pondernet", max_steps=5, method_options=None, loss_fn=None, **kwargs):
+    """The plain module around :func:`model` (``kwargs``: the module's, e.g. ``lr``)."""
+    return PonderLitModule(model(method, max_steps, loss_fn=loss_fn, **(method_options or {})), **kwargs)
 
 
 def run_module(method="pondernet", max_steps=5, **kwargs):
-    """The run machinery's module, built from names (as a run folder and a model file describe it)."""
+    """The same model as a :class:`~pondernet_tutorial.runs.module.RunModule`, built from names."""
     from pondernet_tutorial.runs.module import RunModule
 
     options = {"max_steps": max_steps, **kwargs.pop("method_options", {})}

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import torch
 
-from pondernet_tutorial.lightning_module import PonderLitModule
 from pondernet_tutorial.runs.checkpoints import load_model, save_weights
 from pondernet_tutorial.runs.config import PRETRAINED_DIR, WEIGHTS
+from pondernet_tutorial.runs.module import RunModule
 
 
 def convert(old: Path) -> Path:
     blob = torch.load(old, map_location="cpu", weights_only=True)
-    module = PonderLitModule(**blob["hparams"])
+    module = RunModule(**blob["hparams"])
     module.load_state_dict(blob["state_dict"])
     new = save_weights(module, old.with_name(WEIGHTS))
     loaded = load_model(new).state_dict()

@@ -33,8 +33,8 @@ def at_step(logits: Tensor, step: Tensor) -> Tensor:
 def finite_input(x: Tensor, dtype: torch.dtype) -> Tensor:
     """An input given to ``infer``: finite floats, cast to the model's dtype (other tensors as given)."""
     if isinstance(x, Tensor) and x.is_floating_point():
-        if not bool(torch.isfinite(x).all()):
-            raise ValueError("the input holds NaN or infinite values: pass finite numbers.")
+        if bad := int((~torch.isfinite(x)).sum()):
+            raise ValueError(f"the input holds NaN or infinite values ({bad} of {x.numel()}): fix them.")
         return x.to(dtype)
     return x
 

@@ -2,19 +2,20 @@ import pytest
 import torch
 
 from pondernet_tutorial import diagnose
-from pondernet_tutorial.methods.base import PonderOutput
 
 
 class Fixed(torch.nn.Module):
-    """Returns a given halting distribution p of shape (N, B)."""
+    """Gives a given halting distribution p of shape (N, B): ``weights(forward(x))`` is ``p``."""
 
     def __init__(self, p):
         super().__init__()
         self.p = p
 
     def forward(self, x):
-        n, b = self.p.shape
-        return PonderOutput(logits=torch.zeros(n, b, 2), halting_logits=torch.zeros(n, b), log_p=self.p.log())
+        return None  # diagnose hands this to weights() and reads nothing else
+
+    def weights(self, out):
+        return self.p
 
 
 def test_expected_steps_rho_and_mass_at_n():
@@ -40,21 +41,25 @@ def test_mass_at_n_reads_the_last_step():
 
 
 def test_a_trained_model_in_eval_mode_and_its_lightning_module():
-    # what fit() returns is a LightningModule in eval mode, whose forward pass samples the halting
-    # step (no log_p): diagnose must still read the full unroll's distribution
-    from pondernet_tutorial import ParityStep, PonderLitModule
+    # what fit() returns is a LightningModule in eval mode, whose forward pass is inference (a sampled
+    # halting step, no distribution): diagnose must still read the full unroll's distribution, in
+    # either mode, and leave the mode as it found it
+    from pondernet_tutorial import ParityStep, PonderLitModule, PonderNet
+    from pondernet_tutorial.lightning_module import expected_steps
 
     torch.manual_seed(0)
-    module = PonderLitModule(
-        ParityStep, 2, step_options={"n_elements": 4, "hidden_size": 8}, method_options={"max_steps": 5}
-    )
+    module = PonderLitModule(PonderNet(ParityStep(n_elements=4, hidden_size=8), max_steps=5))
     module.eval()
     x = torch.randn(6, 4)
-    expected = module.model.evaluation_forward(x).expected_steps
+    with torch.no_grad():
+        expected = expected_steps(module.model.weights(module.model(x)))
     for model in (module, module.model):
-        d = diagnose(model, x, show=False)
-        assert d.mean_steps == pytest.approx(float(expected.mean()), rel=1e-5)
-        assert len(d.distribution) == 5
+        for training in (False, True):
+            model.train(training)
+            d = diagnose(model, x, show=False)
+            assert d.mean_steps == pytest.approx(float(expected.mean()), rel=1e-5)
+            assert len(d.distribution) == 5
+            assert model.training == training
 
 
 def test_the_printout_names_the_distribution(capsys):
@@ -92,14 +97,9 @@ def test_steps_that_rise_with_the_difficulty_follow_it_and_beyond_counts_the_wai
 
 
 def test_the_prior_mean_is_the_truncated_geometric_mean_and_is_printed(capsys):
-    from pondernet_tutorial import ParityStep, PonderLitModule
+    from pondernet_tutorial import ParityStep, PonderLitModule, PonderNet
 
-    module = PonderLitModule(
-        ParityStep,
-        2,
-        step_options={"n_elements": 4, "hidden_size": 8},
-        method_options={"max_steps": 5, "lambda_p": 0.5},
-    )
+    module = PonderLitModule(PonderNet(ParityStep(n_elements=4, hidden_size=8), max_steps=5, lambda_p=0.5))
     d = diagnose(module, torch.randn(6, 4), difficulty=list(range(6)))
     prior = torch.tensor([0.5**n for n in range(1, 6)])
     prior = prior / prior.sum()  # the prior renormalised over 1..N, as the KL sees it

@@ -103,13 +103,13 @@ def test_hyperparameters_are_plain_data_and_checked():
     with pytest.raises(ValueError, match="lr_schedule"):
         PonderLitModule(module().model, lr_schedule="cosine")
     with pytest.raises(ValueError, match="lambda_p"):
-        module(lambda_p=0.0)
+        module(method_options={"lambda_p": 0.0})
     with pytest.raises(ValueError, match="max_steps"):
         module(max_steps=0)
     with pytest.raises(ValueError, match="beta"):
-        module(beta=-0.1)
+        module(method_options={"beta": -0.1})
     with pytest.raises(TypeError, match="lambda_p"):
-        module(method="act", lambda_p=0.2)
+        module(method="act", method_options={"lambda_p": 0.2})
 
 
 def test_module_pickles_for_ddp_spawn():

@@ -62,7 +62,7 @@ def graphed_step(step="parity_gru", method="pondernet", wrap=None, lr_on_the_cpu
         step, n_classes, step_options=options, method=method, method_options=METHODS[method], grad_clip=0.5
     )
     if wrap is not None:  # a step of a user's: the module's values, changed
-        module._training_values = wrap(module._training_values)
+        module.step_values = wrap(module.step_values)
     module.to("meta")
     module._fit_sums = torch.zeros(len(module._fit_names), device="meta")
     optimizer = torch.optim.Adam(module.parameters(), lr=torch.tensor(0.01), capturable=True, foreach=True)

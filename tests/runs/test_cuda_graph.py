@@ -40,8 +40,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from pondernet_tutorial import PonderLitModule
 from pondernet_tutorial.runs.cuda_graph import GraphedPonderLitModule, GraphedStep
+from pondernet_tutorial.runs.module import RunModule
 
 
 class StandInGraph:
@@ -132,7 +132,7 @@ METHODS = {
 
 def module(graphed, graphs=None, seed=0, method="pondernet", **options):
     torch.manual_seed(seed)
-    cls = GraphedPonderLitModule if graphed else PonderLitModule
+    cls = GraphedPonderLitModule if graphed else RunModule  # the run's module, its step graphed or not
     extra = {"graphs": graphs} if graphed else {}
     return cls(
         "parity_gru",
@@ -202,7 +202,8 @@ def test_graphed_training_equals_eager():
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_graphed_training_matches_lightnings_automatic_optimisation(method):
     """The manual step (capturable Adam, tensor learning rate, the schedule stepped by hand) trains as
-    the plain module does under Lightning's automatic optimisation."""
+    the run's module (:class:`RunModule`, its own clipping) does under Lightning's automatic
+    optimisation."""
     automatic, graphed = module(False, method=method), module(True, StandInGraphs(), method=method)
     runs = [fit(automatic), fit(graphed)]
     for (name, a), (_, b) in zip(automatic.named_parameters(), graphed.named_parameters()):

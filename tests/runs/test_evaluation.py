@@ -11,8 +11,8 @@ import math
 import pandas as pd
 import pytest
 import torch
+from tiny_parity import module
 
-from pondernet_tutorial import PonderLitModule
 from pondernet_tutorial.data.base import EvalSet
 from pondernet_tutorial.runs.evaluation import evaluate_set, per_class, summarize
 
@@ -47,21 +47,21 @@ def test_summarize_by_hand():
 
 def parity_module(method="pondernet", lambda_p=0.2):
     torch.manual_seed(0)
-    options = {"max_steps": 6, **({"lambda_p": lambda_p} if method == "pondernet" else {})}
-    return PonderLitModule("parity_gru", 2, method, {"n_elements": 8, "hidden_size": 16}, options).eval()
+    options = {"lambda_p": lambda_p} if method == "pondernet" else {}
+    return module(method, max_steps=6, method_options=options).eval()
 
 
 def test_tv_to_the_prior():
     """The distance is measured to the renormalised geometric prior, the minimiser of the KL term."""
     from pondernet_tutorial.halting import constant_lambda_distribution, geometric_prior
 
-    module = parity_module(lambda_p=0.3)
-    step = module.model.step_function
+    lit = parity_module(lambda_p=0.3)
+    step = lit.model.step_function
     with torch.no_grad():  # λ_n = λ_p for every input: the prior with its tail on step N
         step.halting_head.weight.zero_()
         step.halting_head.bias.fill_(math.log(0.3 / 0.7))
     x = torch.randint(-1, 2, (50, 8)).float()
-    table, per_step = evaluate_set(module, EvalSet("s", x, torch.zeros(50, dtype=torch.long)))
+    table, per_step = evaluate_set(lit, EvalSet("s", x, torch.zeros(50, dtype=torch.long)))
     capped, renormalised = constant_lambda_distribution(0.3, 6), geometric_prior(0.3, 6, renormalize=True)
     expected = 0.5 * (capped - renormalised).abs().sum().item()
     assert expected > 0.05
@@ -71,13 +71,13 @@ def test_tv_to_the_prior():
 
 
 def test_per_step_accuracy_and_columns():
-    module = parity_module()
+    lit = parity_module()
     x = torch.randint(-1, 2, (40, 8)).float()
     y = ((x == 1).sum(1) % 2).long()
     k = (x != 0).sum(1)
-    table, per_step = evaluate_set(module, EvalSet("s", x, y, {"mode": "m"}, {"k": k}), batch_size=16)
+    table, per_step = evaluate_set(lit, EvalSet("s", x, y, {"mode": "m"}, {"k": k}), batch_size=16)
     with torch.no_grad():
-        logits = module.model.fit_forward(x).logits
+        logits = lit.model(x).logits
     expected = (logits.argmax(-1) == y).float().mean(1)
     torch.testing.assert_close(torch.tensor(per_step["accuracy"].to_numpy(), dtype=torch.float32), expected)
     assert list(table.columns[:2]) == ["set", "mode"] and (table["k"].to_numpy() == k.numpy()).all()

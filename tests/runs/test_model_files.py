@@ -7,7 +7,7 @@ import json
 import lightning as L
 import pytest
 import torch
-from tiny_parity import loader, module, weighted_cross_entropy
+from tiny_parity import loader, run_module, weighted_cross_entropy
 
 from pondernet_tutorial.runs.checkpoints import FORMAT, CheckpointError, load_model, save_weights
 
@@ -27,7 +27,7 @@ def write_weights(path, header, state):
 
 
 def test_weights_only_checkpoint_roundtrip(tmp_path):
-    m = module(
+    m = run_module(
         "act", method_options={"tau": 0.01}, loss_fn=functools.partial(weighted_cross_entropy, weight=2.0)
     ).eval()
     path = save_weights(m, tmp_path / "model.safetensors")
@@ -38,7 +38,8 @@ def test_weights_only_checkpoint_roundtrip(tmp_path):
     loaded = load_model(path, trust_code=True)
     x = next(iter(loader()))[0]
     with torch.no_grad():
-        assert torch.equal(m(x).prediction_logits, loaded(x).prediction_logits)
+        assert torch.equal(m(x)[0], loaded(x)[0])  # ACT's answer: the mean-field prediction
+        assert torch.equal(m.model(x).halting_logits, loaded.model(x).halting_logits)
     assert loaded.hparams.method == "act" and not loaded.training
     assert loaded.model.tau == 0.01
 
@@ -46,7 +47,7 @@ def test_weights_only_checkpoint_roundtrip(tmp_path):
 def test_checkpoint_errors(tmp_path):
     with pytest.raises(CheckpointError, match="no model file"):
         load_model(tmp_path / "missing.safetensors")
-    good = save_weights(module(max_steps=3), tmp_path / "good.safetensors")
+    good = save_weights(run_module(max_steps=3), tmp_path / "good.safetensors")
     damaged = tmp_path / "damaged.safetensors"
     damaged.write_bytes(good.read_bytes()[:-100])
     with pytest.raises(CheckpointError, match="not a whole model.safetensors file"):
@@ -72,7 +73,7 @@ def test_checkpoint_errors(tmp_path):
 def test_a_lightning_ckpt_is_refused_as_a_pickle(tmp_path):
     """A Lightning .ckpt is a pickle: load_model reads safetensors only, so no file given to it is ever
     unpickled (fit reads its own checkpoints through runs.resume.read_checkpoint)."""
-    m = module(max_steps=4)
+    m = run_module(max_steps=4)
     t = L.Trainer(
         max_epochs=1,
         accelerator="cpu",

@@ -3,10 +3,12 @@ training's, ACT's evaluation budget, and the control with λ_n frozen at λ_p.
 
 Deliberate breaks these tests catch (each was tried):
 - the ε rule cutting at Σ p ≥ 1 − ε − 0.01 instead of Σ p > 1 − ε: test_epsilon_rule_matches_the_paper;
-- the step at N_ε left to the network's own λ (no ``_CERTAIN`` logit): test_epsilon_rule_matches_the_paper;
+- the step at N_ε left to the network's own λ (no logit 1e4, λ = 1, put there by ``truncate_at_epsilon``):
+  test_epsilon_rule_matches_the_paper;
 - the loss of an evaluation unroll computed over its last N steps instead of its first:
   test_the_evaluation_budget_changes_inference_not_the_loss;
-- the frozen control's rule seeing the network's λ (no FrozenHalting): test_the_frozen_control_ignores_the_input;
+- the frozen control's early exit seeing the network's λ (``lambda_logits`` returning ``z`` in ``infer``):
+  test_the_frozen_control_ignores_the_input;
 - an option added without ``omitted_at_default``: test_new_options_leave_the_shipped_identities_alone.
 """
 
@@ -14,6 +16,7 @@ import pytest
 import torch
 
 from pondernet_tutorial.halting import log_halting_distribution
+from pondernet_tutorial.lightning_module import expected_steps
 from pondernet_tutorial.methods.act import ACT
 from pondernet_tutorial.methods.pondernet import PonderNet, truncate_at_epsilon
 from pondernet_tutorial.runs.config import TrainConfig
@@ -56,9 +59,10 @@ def test_truncated_training_has_finite_losses_and_gradients():
         model.step_function.halting_head.bias.fill_(1.0)  # halts early: most samples are truncated
     x = torch.randint(-1, 2, (64, 8)).float()
     y = ((x == 1).sum(1) % 2).long()
-    out = model.fit_forward(x)
-    assert (out.p[-1] == 0).float().mean() > 0.5  # cut before the last step
-    torch.testing.assert_close(out.p.sum(0), torch.ones(64))
+    out = model(x)
+    p = model.weights(out)  # training mode: the ε rule
+    assert (p[-1] == 0).float().mean() > 0.5  # cut before the last step
+    torch.testing.assert_close(p.sum(0), torch.ones(64))
     losses = model.loss(out, y)
     losses["loss"].backward()
     assert all(torch.isfinite(v) for v in losses.values())
@@ -75,12 +79,14 @@ def test_the_evaluation_budget_changes_inference_not_the_loss():
     x = torch.randint(-1, 2, (300, 8)).float()
     y = ((x == 1).sum(1) % 2).long()
     with torch.no_grad():
-        train_view, eval_view = model.fit_forward(x), model.evaluation_forward(x)
-        early = model(x, halting="sample", generator=torch.Generator().manual_seed(0))
+        eval_view = model(x)  # eval mode: the evaluation's budget
+        train_view = model.train()(x)  # training's
+        model.eval()
+        _, halt_step = model.infer(x, generator=torch.Generator().manual_seed(0))
     assert train_view.logits.shape[0] == 6 and eval_view.logits.shape[0] == 30
     torch.testing.assert_close(model.loss(train_view, y), model.loss(eval_view, y))
-    assert early.steps_run > 6 and (early.halt_step > 6).float().mean() > 0.3
-    torch.testing.assert_close(eval_view.p.sum(0), torch.ones(300))
+    assert (halt_step > 6).float().mean() > 0.3
+    torch.testing.assert_close(model.weights(eval_view).sum(0), torch.ones(300))
 
 
 def test_act_evaluates_with_its_own_budget():
@@ -88,10 +94,11 @@ def test_act_evaluates_with_its_own_budget():
     act = ACT(ParityRNNStep(8, hidden_size=16), max_steps=5, halting_bias=-4.0, eval_max_steps=40).eval()
     x = torch.randint(-1, 2, (50, 8)).float()
     with torch.no_grad():
-        assert act.fit_forward(x).halt_step.max() <= 5
-        early, full = act(x), act.evaluation_forward(x)
-    assert early.halt_step.min() > 5  # h ≈ 0.02: about 50 steps needed, 40 allowed
-    assert torch.equal(early.halt_step, full.halt_step)
+        assert act.train().answer(act(x))[1].max() <= 5
+        act.eval()
+        (_, early), (_, full) = act.infer(x), act.answer(act(x))
+    assert early.min() > 5  # h ≈ 0.02: about 50 steps needed, 40 allowed
+    assert torch.equal(early, full)
 
 
 def test_the_frozen_control_ignores_the_input():
@@ -99,14 +106,15 @@ def test_the_frozen_control_ignores_the_input():
     model = PonderNet(ParityRNNStep(8, hidden_size=16), max_steps=20, lambda_p=0.2, learn_halting=False)
     x = torch.randint(-1, 2, (4000, 8)).float()
     y = ((x == 1).sum(1) % 2).long()
-    out = model.fit_forward(x)
+    out = model(x)
     model.loss(out, y)["loss"].backward()
     assert model.step_function.halting_head.weight.grad is None  # λ is not learned
-    torch.testing.assert_close(out.expected_steps, out.expected_steps[:1].expand(4000))  # the same for all
+    steps = expected_steps(model.weights(out).detach())
+    torch.testing.assert_close(steps, steps[:1].expand(4000))  # the same for all
     model.eval()
     with torch.no_grad():
-        sampled = model(x, generator=torch.Generator().manual_seed(1)).halt_step.float()
-    geometric_mean = out.expected_steps[0]
+        sampled = model.infer(x, generator=torch.Generator().manual_seed(1))[1].float()
+    geometric_mean = steps[0]
     assert abs(sampled.mean() - geometric_mean) < 0.2  # Bernoulli(λ_p) coins, whatever the network says
 
 

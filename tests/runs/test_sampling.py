@@ -5,28 +5,23 @@ Deliberate breaks these tests catch (each was tried):
   test_three_ways_agree;
 - the test-set generator never reset between test sets (``if batch_idx == 0`` removed from
   ``test_step``): test_trainer_test_agrees_with_the_tables;
-- accuracy logged at another step than the sampled halting step (``out.halt_step`` not replaced by
-  ``inference_halt_step``): test_trainer_test_agrees_with_the_tables.
+- accuracy logged at another step than the sampled halting step (``step_values`` scoring the last
+  step's prediction instead of ``answer``'s): test_trainer_test_agrees_with_the_tables.
 """
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from pondernet_tutorial import PonderLitModule
+from pondernet_tutorial import ParityStep, PonderLitModule, PonderNet
 from pondernet_tutorial.data.base import EvalSet
-from pondernet_tutorial.methods.pondernet import sample_halting_step
+from pondernet_tutorial.halting import sample_halting_step
 from pondernet_tutorial.runs.evaluation import evaluate_set, summarize
 
 
 def parity_module(seed=0, max_steps=12):
     torch.manual_seed(seed)
-    module = PonderLitModule(
-        "parity_gru",
-        2,
-        step_options={"n_elements": 8, "hidden_size": 16},
-        method_options={"max_steps": max_steps},
-    ).eval()
+    module = PonderLitModule(PonderNet(ParityStep(n_elements=8, hidden_size=16), max_steps=max_steps)).eval()
     with torch.no_grad():  # halting spread over several steps
         module.model.step_function.halting_head.bias.fill_(-1.5)
     return module
@@ -45,17 +40,12 @@ def test_three_ways_agree():
     # 1. the early-exit forward pass, batch by batch (batches of 64) with one generator
     g = torch.Generator().manual_seed(7)
     with torch.no_grad():
-        early = torch.cat(
-            [model(x[i : i + 64], halting="sample", generator=g).halt_step for i in range(0, len(x), 64)]
-        )
+        early = torch.cat([model.infer(x[i : i + 64], generator=g)[1] for i in range(0, len(x), 64)])
     # 2. validation and test: a full unroll, then the halting step drawn from its logits (batches of 100)
     g = torch.Generator().manual_seed(7)
     with torch.no_grad():
         from_full = torch.cat(
-            [
-                sample_halting_step(model.fit_forward(x[i : i + 100]).halting_logits, g)
-                for i in range(0, len(x), 100)
-            ]
+            [sample_halting_step(model(x[i : i + 100]).halting_logits, g) for i in range(0, len(x), 100)]
         )
     # 3. the evaluation tables (batches of 37)
     table, _ = evaluate_set(module, EvalSet("test", x, y), seed=7, batch_size=37)

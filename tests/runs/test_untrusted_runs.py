@@ -374,20 +374,15 @@ def test_out_of_memory_advice_names_options_of_the_command_that_ran(tmp_path, mo
 
 
 def test_10_fit_stops_on_a_non_finite_loss_with_one_clear_error(tmp_path):
+    from pondernet_tutorial import ParityStep, PonderLitModule, PonderNet
     from pondernet_tutorial.data.modules import ParityDataModule
-    from pondernet_tutorial.lightning_module import PonderLitModule
 
     class NaNParity(ParityDataModule):
         def draw(self, batch, k_range, generator=None):
             x, y, k = super().draw(batch, k_range, generator)
             return torch.full_like(x, float("nan")), y, k
 
-    module = PonderLitModule(
-        "parity_gru",
-        n_classes=2,
-        step_options={"n_elements": 8, "hidden_size": 8},
-        method_options={"max_steps": 3},
-    )
+    module = PonderLitModule(PonderNet(ParityStep(n_elements=8, hidden_size=8), max_steps=3))
     data = NaNParity(n_elements=8, batch_size=32, train_subset=64, val_size=64)
     with pytest.raises(TrainingDivergedError, match="diverged in epoch 1") as error:
         fit(module, data, 2, logger=False, enable_progress_bar=False, default_root_dir=tmp_path)
@@ -395,10 +390,9 @@ def test_10_fit_stops_on_a_non_finite_loss_with_one_clear_error(tmp_path):
 
 
 def test_19_diagnose_refuses_an_empty_batch():
-    from pondernet_tutorial import diagnose
-    from pondernet_tutorial.lightning_module import PonderLitModule
+    from pondernet_tutorial import ParityStep, PonderLitModule, PonderNet, diagnose
 
-    module = PonderLitModule("parity_gru", n_classes=2, step_options={"n_elements": 16, "hidden_size": 8})
+    module = PonderLitModule(PonderNet(ParityStep(n_elements=16, hidden_size=8)))
     with pytest.raises(ValueError, match="at least one input"):
         diagnose(module, torch.zeros(0, 16), show=False)
 
