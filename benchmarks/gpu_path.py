@@ -228,11 +228,11 @@ def capture_check_cuda() -> dict:
                 method_options={"max_steps": 8},
                 grad_clip=0.5,
             ).cuda()
-            module._fit_sums = torch.zeros(len(module._fit_names), device="cuda")
+            module.start_sums()  # zero sums on the module's device, which the step adds to
             lr = torch.tensor(0.001, device="cuda")
             optimizer = torch.optim.Adam(module.parameters(), lr=lr, capturable=True, foreach=True)
             graphed = GraphedStep(
-                module._summed_values, module.parameters(), optimizer, 0.5, buffers=[module._fit_sums]
+                module.summed_values, module.parameters(), optimizer, 0.5, buffers=[module._fit_sums]
             )
             x, y = (t.cuda() for t in batch())
             out[f"{step}/{method}"] = capture_hazards(lambda g=graphed, x=x, y=y: g._update(x, y), "cuda")

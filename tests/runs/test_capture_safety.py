@@ -64,12 +64,12 @@ def graphed_step(step="parity_gru", method="pondernet", wrap=None, lr_on_the_cpu
     if wrap is not None:  # a step of a user's: the module's values, changed
         module.step_values = wrap(module.step_values)
     module.to("meta")
-    module._fit_sums = torch.zeros(len(module._fit_names), device="meta")
+    module.start_sums()  # zero sums on the module's device, which the step adds to
     optimizer = torch.optim.Adam(module.parameters(), lr=torch.tensor(0.01), capturable=True, foreach=True)
     if not lr_on_the_cpu:
         optimizer.param_groups[0]["lr"] = torch.tensor(0.01, device="meta")
     graphed = GraphedStep(
-        module._summed_values, module.parameters(), optimizer, grad_clip=0.5, buffers=[module._fit_sums]
+        module.summed_values, module.parameters(), optimizer, grad_clip=0.5, buffers=[module._fit_sums]
     )
     x, y = (t.to("meta") for t in batch())
     return graphed, lambda: graphed._update(x, y)
