@@ -19,8 +19,9 @@ The rest serves the book's experiments and is not needed to use PonderNet:
   a checkpoint may name), the options of the command line (:mod:`~pondernet_tutorial.runs.options`),
   a run's configuration and folder, ``train()`` around ``fit()``, weights-only checkpoints and the
   shipped runs, evaluation tables, the studies behind the book, whole-file writes and locks,
-  processes, the command line (``python -m pondernet_tutorial``), and the CUDA-graph training step;
-* ``analysis/``: the book's figures, the difficulty analysis and the notebooks' helpers;
+  processes, the command line (``python -m pondernet_tutorial``), the fast path and the CUDA-graph
+  training step, and the difficulty analysis (the halting tables and the book's rules);
+* ``analysis/``: the book's figures and the notebooks' helpers;
 * ``pretrained/``: the shipped runs and the tables of every study.
 
 The names below are imported when first used, so ``import pondernet_tutorial.halting`` loads PyTorch

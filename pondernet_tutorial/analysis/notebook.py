@@ -86,13 +86,6 @@ def claim(holds, sentence: str) -> None:
         raise AssertionError(f"the page says {sentence!r}, and the tables no longer do: rewrite the sentence")
 
 
-def count(n: int, noun: str, plural: str | None = None) -> str:
-    """``n`` and the noun in the right number: ``count(1, "run")`` is ``"1 run"``, ``count(3, "run")``
-    ``"3 runs"``; ``plural`` for the irregular ones."""
-    n = int(n)
-    return f"{n} {noun if n == 1 else plural or noun + 's'}"
-
-
 def show(name: str, fig) -> None:
     """Glue a figure for ``{glue:figure}`` and display it inline, then close it."""
     import matplotlib.pyplot as plt

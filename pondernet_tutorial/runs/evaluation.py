@@ -17,11 +17,11 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..analysis.difficulty import spearman
 from ..data.base import EvalSet
 from ..lightning_module import expected_steps
 from ..losses import per_sample_loss
 from .config import WEIGHTS, TrainConfig, identity_differences
+from .difficulty import spearman
 from .files import folder_lock, read_json, read_table, write_csv, write_json
 
 EVAL_FORMAT = "pondernet_tutorial/evaluation-v3"
@@ -251,7 +251,7 @@ def evaluate_run(
 
 def has_difficulty(config: TrainConfig) -> bool:
     """True for the experiments whose test samples carry a difficulty ``k`` (parity, pointer chasing)."""
-    from ..analysis.difficulty import DIFFICULTY
+    from .difficulty import DIFFICULTY
     from .registry import get_experiment
 
     return DIFFICULTY in get_experiment(config.experiment).group_by
@@ -259,7 +259,7 @@ def has_difficulty(config: TrainConfig) -> bool:
 
 def halting_record(evaluation: dict) -> dict:
     """What a run's ``halting.csv`` depends on: its evaluation and the coin draws."""
-    from ..analysis.difficulty import COIN_DRAWS, Rules
+    from .difficulty import COIN_DRAWS, Rules
 
     return {
         "format": HALTING_FORMAT,
@@ -288,13 +288,13 @@ def evaluate_halting(
     config: TrainConfig, limit: int | None = None, seed: int = 0, overwrite: bool = False, module=None
 ) -> pd.DataFrame | None:
     """Write ``halting.csv``: how the run's halting follows the difficulty, per test set, over fresh
-    draws of its halting coins (:func:`~pondernet_tutorial.analysis.difficulty.halting_table`), and
+    draws of its halting coins (:func:`~pondernet_tutorial.runs.difficulty.halting_table`), and
     ``halting.json`` (what it depends on), last. Made once, after :func:`evaluate_run`, from the same
     test sets and per-sample table; reused while its record is unchanged. None for an experiment
     without a difficulty.
     """
-    from ..analysis.difficulty import halting_table
     from .checkpoints import load_model
+    from .difficulty import halting_table
 
     if not has_difficulty(config):
         return None

@@ -9,7 +9,9 @@ Deliberate breaks these tests catch (each was tried):
 - a ``match`` statement in a module, with ``requires-python >= 3.9``: test_requires_python_is_true;
 - ``halting.py`` importing ``MAX_STEPS`` from ``runs/options.py``, and ``steps/parity.py`` importing
   ``STEPS`` from ``runs/registry.py`` inside a function: test_the_taught_code_knows_no_names;
-- a blank line added to methods/base.py (81 lines): test_the_taught_files_keep_their_budgets.
+- a blank line added to methods/base.py (81 lines): test_the_taught_files_keep_their_budgets;
+- ``runs/cli.py`` importing ``count`` from ``analysis/notebook.py`` again:
+  test_the_run_machinery_imports_nothing_of_analysis.
 """
 
 import ast
@@ -113,6 +115,15 @@ def test_the_taught_code_knows_no_names(name):
     or a method's constructor is its declaration, and the names belong to runs/."""
     found = sorted(t for t in imports_of(FILES[name]) if knows_names(t))
     assert not found, f"{name} imports {found}"
+
+
+def test_the_run_machinery_imports_nothing_of_analysis():
+    """runs/ stands below analysis/ (the book's figures and the notebooks' helpers), which may use it: no
+    arrow goes up from runs/ to analysis/."""
+    for name, path in FILES.items():
+        if name.startswith("pondernet_tutorial.runs"):
+            up = sorted(t for t in imports_of(path) if t.startswith("pondernet_tutorial.analysis"))
+            assert not up, f"{name} imports {up}"
 
 
 def test_the_registry_and_the_option_declarations_are_the_runs():

@@ -17,14 +17,14 @@ import pandas as pd
 import pytest
 from test_training import tiny as training_tiny
 
-from pondernet_tutorial.analysis.difficulty import (
+from pondernet_tutorial.runs.config import PRETRAINED_DIR
+from pondernet_tutorial.runs.difficulty import (
     COIN_DRAWS,
     ONE_STEP,
     config_label,
     halting_by_run,
     span,
 )
-from pondernet_tutorial.runs.config import PRETRAINED_DIR
 from pondernet_tutorial.runs.evaluation import halting_up_to_date
 from pondernet_tutorial.runs.studies import Study, get_study, load_study, run_one, write_study_tables
 

@@ -397,6 +397,13 @@ def coin_draws(module, eval_set, draws: int = COIN_DRAWS, seed: int = 1, batch_s
     }
 
 
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and the noun in the right number: ``count(1, "run")`` is ``"1 run"``, ``count(3, "run")``
+    ``"3 runs"``; ``plural`` for the irregular ones."""
+    n = int(n)
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def describe_verdicts(verdicts: Iterable[str]) -> str:
     """The verdicts of several configurations, counted in the order of :data:`VERDICTS`:
     ``"follows difficulty (2 of 3), in between (1 of 3)"``; ``"—"`` for none."""

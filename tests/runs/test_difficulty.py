@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pondernet_tutorial.analysis.difficulty import (
+from pondernet_tutorial.runs.difficulty import (
     ACCURACY_UNDETERMINED,
     BETWEEN,
     FIXED,
