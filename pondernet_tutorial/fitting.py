@@ -40,7 +40,8 @@ class StopOnNonFinite(Callback):
             what = f"training loss {float(loss)}" if not finite_loss else "weights"
             raise TrainingDivergedError(
                 f"training diverged in epoch {trainer.current_epoch + 1} (non-finite {what}); no model was "
-                f"saved: lower the learning rate (lr={pl_module.hparams.get('lr')}) or clip the gradients (--grad-clip)."
+                f"saved: lower the learning rate (lr={pl_module.hparams.get('lr')}) or clip the gradients "
+                "(the Trainer's gradient_clip_val; --grad-clip on the command line)."
             )
 
 

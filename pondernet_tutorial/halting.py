@@ -52,12 +52,12 @@ def check_max_steps(max_steps: int, name: str = "max_steps") -> int:
 
 
 def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
-    """ε must lie in (0, 1): the halting distribution is cut at the first step where the mass that
-    halted exceeds 1 − ε (the paper's rule for N; ACT halts at Σh ≥ 1 − ε)."""
+    """ε must lie in (0, 1): a sample halts once the mass that halted reaches 1 − ε (the paper's rule for N
+    in training; ACT's rule, Σ η ≥ 1 − ε)."""
     epsilon = float(epsilon)
     if not 0.0 < epsilon < 1.0:
         raise ValueError(
-            f"{name} must lie strictly between 0 and 1 (ACT halts at Σh ≥ 1 − ε), got {epsilon}."
+            f"{name} must lie strictly between 0 and 1 (halting at a mass of 1 − ε), got {epsilon}."
         )
     return epsilon
 
@@ -85,17 +85,17 @@ def log_halting_distribution(lambda_logits: Tensor) -> Tensor:
     return log_lambda + log_survival  # log p_n = log λ_n + Σ_{j<n} log(1 − λ_j)
 
 
-def expected_steps(log_p: Tensor) -> Tensor:
+def expected_steps(p: Tensor) -> Tensor:
     """Expected number of steps ``E[n] = Σ_n n · p_n``.
 
     Args:
-        log_p: ``(N, B)`` log halting distribution.
+        p: ``(N, B)`` halting distribution (or any weights of the steps that sum to 1).
 
     Returns:
         ``(B,)`` expected steps, between 1 and N.
     """
-    steps = torch.arange(1, log_p.shape[0] + 1, device=log_p.device, dtype=log_p.dtype)
-    return (log_p.exp() * steps[:, None]).sum(0)
+    steps = torch.arange(1, p.shape[0] + 1, device=p.device, dtype=p.dtype)
+    return (p * steps[:, None]).sum(0)
 
 
 def halting_uniforms(batch: int, max_steps: int, generator: torch.Generator | None = None) -> Tensor:

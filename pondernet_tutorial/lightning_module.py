@@ -17,12 +17,8 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
 
+from .halting import expected_steps
 from .methods.base import Unroll
-
-
-def expected_steps(p: Tensor) -> Tensor:
-    """``(B,)`` ``E[n] = Σ_n n · p_n`` from the ``(N, B)`` weights of the steps."""
-    return (p * torch.arange(1, len(p) + 1, device=p.device, dtype=p.dtype)[:, None]).sum(0)
 
 
 class PonderLitModule(L.LightningModule):
@@ -146,5 +142,5 @@ class PonderLitModule(L.LightningModule):
         scheduler = self.plateau_schedule(optimizer)
         if scheduler is None:
             return optimizer
-        schedule = {"scheduler": scheduler, "monitor": "val/acc", "strict": False}  # no val loader: warns
+        schedule = {"scheduler": scheduler, "monitor": "val/acc", "strict": False}  # no val/acc logged: warns
         return {"optimizer": optimizer, "lr_scheduler": schedule}

@@ -109,7 +109,7 @@ class ACT(HaltingMethod):
         """The mean-field output ``ŷ = Σ_n p_n ŷ_n`` and ``T(x)`` (no coin: ``generator`` is unused)."""
         halt_step = act_halt_step(out.halting_logits, self.epsilon)
         p, _ = act_weights(out.halting_logits, halt_step)
-        return (p[..., None].to(out.logits.dtype) * out.logits).sum(0), halt_step
+        return (p[..., None] * out.logits.float()).sum(0), halt_step  # in float32, as infer and loss
 
     def loss(self, out: Unroll, targets: Tensor) -> dict[str, Tensor]:
         """``ℒ(y, Σ_n p_n ŷ_n) + τ · mean(T + R)``."""
@@ -122,7 +122,7 @@ class ACT(HaltingMethod):
 
     def infer(self, x, generator=None) -> tuple[Tensor, Tensor]:
         """Inference with early exit: each sample stops after its step ``T(x)``; returns the mean-field
-        ``prediction (B, C)`` and ``T(x) (B,)``, as :meth:`answer` on a full unroll."""
+        ``prediction (B, C)`` and ``T(x) (B,)``, as :meth:`answer` on a full unroll in eval mode."""
         device = next(self.parameters()).device
         context = self.step_function.encode(finite_input(x, next(self.parameters()).dtype))
         h = self.step_function.initial_state(context)

@@ -1,10 +1,5 @@
-"""What every halting method shares. A *halting method* turns a step function into a network that decides,
-per sample, how many steps to take, and two ways lead through it. ``forward(x)`` is the full unroll that
-training uses (every step for every sample: fixed shapes, no wait for the device); ``loss(out, y)``
-trains on it, ``weights(out)`` gives the steps' weights ``p_n`` and ``answer(out, generator)`` the
-answer and halting step that inference would take. ``infer(x, generator)`` is inference itself: each
-sample stops at its own halting step and leaves the computation.
-"""
+"""What every halting method shares: the full unroll, ``forward(x)``, that training uses (every step for
+every sample: fixed shapes, no wait for the device). The other way through a method is ``infer``."""
 
 from __future__ import annotations
 
@@ -18,9 +13,7 @@ from ..losses import per_sample_cross_entropy
 from ..steps.base import StepFunction
 
 
-class Unroll(NamedTuple):
-    """Every step's prediction ``ŷ_n`` ``(N, B, C)`` and halting logit ``z_n`` ``(N, B)``."""
-
+class Unroll(NamedTuple):  # every step's prediction ŷ_n (N, B, C) and halting logit z_n (N, B)
     logits: Tensor
     halting_logits: Tensor
 
@@ -40,7 +33,11 @@ def finite_input(x: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 class HaltingMethod(nn.Module):
-    """A step function, unrolled for at most ``max_steps`` steps (``eval_max_steps`` in eval mode).
+    """A step function, unrolled for ``max_steps`` steps (``eval_max_steps`` ≥ ``max_steps`` in eval mode).
+
+    A subclass says four things: ``loss(out, y)`` trains on a full unroll; ``weights(out)`` gives its steps'
+    weights ``p_n``; ``answer(out, generator)`` the answer and halting step that inference would take,
+    drawn from it; ``infer(x, generator)`` is inference itself, each sample leaving at its halting step.
 
     Args:
         step_function: the network applied at every step.
@@ -59,6 +56,8 @@ class HaltingMethod(nn.Module):
         self.step_function = step_function
         self.max_steps = check_max_steps(max_steps)
         self.eval_steps = self.max_steps if eval_max_steps is None else check_max_steps(eval_max_steps)
+        if self.eval_steps < self.max_steps:  # validation's loss reads the first max_steps steps
+            raise ValueError(f"eval_max_steps ({eval_max_steps}) must be >= max_steps ({max_steps}).")
         self.loss_fn = loss_fn or per_sample_cross_entropy
         if halting_bias is not None:
             head = getattr(step_function, "halting_head", None)

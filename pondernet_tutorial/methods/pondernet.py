@@ -117,8 +117,8 @@ class PonderNet(HaltingMethod):
     def infer(self, x, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """Inference with early exit: after step ``n`` a sample halts where its coin ``u_n < λ_n``.
 
-        Returns ``(prediction (B, C), halt_step (B,))``: the same as :meth:`answer` on a full unroll with
-        the same seed, without computing any sample's steps after its halt.
+        Returns ``(prediction (B, C), halt_step (B,))``: with the same seed, the same as :meth:`answer` on
+        a full unroll in eval mode, without computing any sample's steps after its halt.
         """
         device = next(self.parameters()).device
         context = self.step_function.encode(finite_input(x, next(self.parameters()).dtype))
@@ -143,6 +143,6 @@ class PonderNet(HaltingMethod):
         return prediction, halt_step
 
     def halting_prior(self, n_steps: int | None = None) -> Tensor:
-        """The distribution the KL term pulls towards, renormalised over 1..n_steps (default N)."""
+        """The geometric prior renormalised over 1..n_steps (default N): what the evaluation compares with."""
         lambda_p = self.criterion.regularization.lambda_p
         return geometric_prior(lambda_p, n_steps or self.max_steps, renormalize=True)

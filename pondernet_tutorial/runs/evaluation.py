@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 from ..data.base import EvalSet
-from ..lightning_module import expected_steps
+from ..halting import expected_steps
 from ..losses import per_sample_loss
 from .config import WEIGHTS, TrainConfig, identity_differences
 from .difficulty import spearman

@@ -8,8 +8,8 @@ plain module without changing what it computes (``tests/runs/test_run_module.py`
 compares the weights and the logged means):
 
 * ``compile=True`` compiles the unroll and the loss with ``torch.compile``;
-* a training step adds its logged values to one tensor of sums on the device instead of updating eight
-  metrics, and the sums reach the metrics once an epoch (torchmetrics' NaN check, which makes the host
+* a training step adds its logged values to one tensor of sums on the device instead of updating one
+  metric per value (six for PonderNet), and the sums reach the metrics once an epoch (torchmetrics' NaN check, which makes the host
   wait for the device, is skipped there too);
 * it clips the gradients itself (``grad_clip``), so that the step replayed from a CUDA graph
   (:class:`~pondernet_tutorial.runs.cuda_graph.GraphedPonderLitModule`) clips alike.
@@ -146,7 +146,7 @@ class RunModule(PonderLitModule):
 
     def stage_metrics(self) -> MetricCollection:
         """The plain module's means, without the NaN check that makes the host wait at each update."""
-        names = ("acc", "halt_step", "expected_steps", "loss", *self.model.loss_terms)
+        names = super().stage_metrics().keys(keep_base=True)
         return MetricCollection(
             {name: MeanMetric(nan_strategy="disable") for name in names}, compute_groups=False
         )

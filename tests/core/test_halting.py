@@ -56,7 +56,7 @@ def test_single_step():
 
 def test_expected_steps():
     log_p = torch.log(torch.tensor([[0.5], [0.25], [0.25]]))
-    torch.testing.assert_close(expected_steps(log_p), torch.tensor([1.75]))
+    torch.testing.assert_close(expected_steps(log_p.exp()), torch.tensor([1.75]))
 
 
 def test_sampled_halting_frequencies_match_p():

@@ -210,5 +210,7 @@ def test_bad_inputs():
         model.infer(torch.full((2, 1, 28, 28), float("nan")))
     with pytest.raises(ValueError, match="max_steps"):
         mnist_pondernet(max_steps=0)
+    with pytest.raises(ValueError, match="eval_max_steps"):  # validation's loss reads the first max_steps
+        mnist_pondernet(max_steps=5, eval_max_steps=3)
     with pytest.raises(TypeError, match="StepFunction"):
         PonderNet(nn.Linear(3, 3), 3)
