@@ -15,8 +15,7 @@ Deliberate breaks these tests catch (each was tried):
 import pytest
 import torch
 
-from pondernet_tutorial.halting import log_halting_distribution
-from pondernet_tutorial.halting import expected_steps
+from pondernet_tutorial.halting import expected_steps, log_halting_distribution
 from pondernet_tutorial.methods.act import ACT
 from pondernet_tutorial.methods.pondernet import PonderNet, truncate_at_epsilon
 from pondernet_tutorial.runs.config import TrainConfig
