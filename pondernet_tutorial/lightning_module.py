@@ -64,10 +64,8 @@ class PonderLitModule(L.LightningModule):
             prediction, halt_step = self.model.answer(out, self.generator)
             acc = prediction.argmax(-1) == y
         else:  # training flips no coin: the expectations over n ~ p
-            acc, halt_step = (
-                (p * (out.logits.argmax(-1) == y)).sum(0),
-                expected_steps(p),
-            )  # Σ_n p_n 1[ŷ_n = y]
+            acc = (p * (out.logits.argmax(-1) == y)).sum(0)  # Σ_n p_n 1[ŷ_n = y]
+            halt_step = expected_steps(p)  # E[n] = Σ_n n p_n
         return {**losses, "acc": acc, "halt_step": halt_step, "expected_steps": expected_steps(p)}
 
     @staticmethod
