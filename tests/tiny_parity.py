@@ -7,6 +7,7 @@ taught code: nothing from ``runs/``); :func:`run_module` is the run machinery's
 :class:`~pondernet_tutorial.runs.module.RunModule`, which builds the same model from its names
 (:data:`PARITY`) and saves them as hyperparameters."""
 
+import lightning as L
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
@@ -33,6 +34,19 @@ def run_module(method="pondernet", max_steps=5, **kwargs):
 
     options = {"max_steps": max_steps, **kwargs.pop("method_options", {})}
     return RunModule(**PARITY, method=method, method_options=options, **kwargs)
+
+
+def quiet_trainer(**options):
+    """A Lightning ``Trainer`` on the CPU that writes and prints nothing (no logger, checkpoint, progress
+    bar or model summary); ``options``: any other argument of ``L.Trainer``."""
+    quiet = dict(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    return L.Trainer(**{**quiet, **options})
 
 
 def loader(n=64, batch_size=32, seed=0):

@@ -16,10 +16,10 @@ Deliberate breaks these tests catch (each was tried):
 The CUDA-graph path is tested in tests/runs/test_cuda_graph.py.
 """
 
-import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny_parity import quiet_trainer
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -133,16 +133,7 @@ def test_no_host_sync_in_the_step_values(method):
 def fit(module, epochs=2, **trainer_options):
     x, y = parity_batch(512, seed=5)
     vx, vy = parity_batch(128, seed=6)
-    trainer = L.Trainer(
-        accelerator="cpu",
-        max_epochs=epochs,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        num_sanity_val_steps=0,
-        **trainer_options,
-    )
+    trainer = quiet_trainer(max_epochs=epochs, num_sanity_val_steps=0, **trainer_options)
     trainer.fit(
         module,
         DataLoader(TensorDataset(x, y), batch_size=64),

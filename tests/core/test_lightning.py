@@ -12,23 +12,13 @@ import pickle
 import lightning as L
 import pytest
 import torch
-from tiny_parity import loader, module, weighted_cross_entropy
+from tiny_parity import loader, module, quiet_trainer, weighted_cross_entropy
 
 from pondernet_tutorial import PonderLitModule
 
 
 def trainer(**kwargs):
-    defaults = dict(
-        max_epochs=1,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        gradient_clip_val=0.5,
-    )
-    defaults.update(kwargs)
-    return L.Trainer(**defaults)
+    return quiet_trainer(**{"max_epochs": 1, "gradient_clip_val": 0.5, **kwargs})
 
 
 @pytest.mark.parametrize("method", ["pondernet", "act", "fixed"])

@@ -38,6 +38,7 @@ import pickle
 import lightning as L
 import pytest
 import torch
+from tiny_parity import quiet_trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 from pondernet_tutorial.runs.cuda_graph import GraphedPonderLitModule, GraphedStep
@@ -165,16 +166,7 @@ def fit(m, epochs=3, n=512, drop_last=True, sizes=None, callbacks=()):
         train = DataLoader(
             [(x[end - size : end], y[end - size : end]) for size, end in zip(sizes, ends)], batch_size=None
         )
-    trainer = L.Trainer(
-        accelerator="cpu",
-        max_epochs=epochs,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        num_sanity_val_steps=0,
-        callbacks=list(callbacks),
-    )
+    trainer = quiet_trainer(max_epochs=epochs, num_sanity_val_steps=0, callbacks=list(callbacks))
     trainer.fit(m, train, DataLoader(TensorDataset(vx, vy), batch_size=64))
     return trainer
 

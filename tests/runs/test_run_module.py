@@ -21,10 +21,9 @@ Deliberate breaks these tests catch (each was tried):
 import functools
 import pickle
 
-import lightning as L
 import pytest
 import torch
-from tiny_parity import PARITY, loader, module, run_module, weighted_cross_entropy
+from tiny_parity import PARITY, loader, module, quiet_trainer, run_module, weighted_cross_entropy
 
 from pondernet_tutorial.runs.module import RunModule
 
@@ -38,16 +37,7 @@ METHOD_OPTIONS = {
 def trained(m, clip=None, epochs=2):
     """``m`` after ``epochs`` epochs of 2 batches (clipped by the Trainer where ``clip`` is given) and
     the trainer's last logged values."""
-    trainer = L.Trainer(
-        accelerator="cpu",
-        max_epochs=epochs,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        num_sanity_val_steps=0,
-        gradient_clip_val=clip,
-    )
+    trainer = quiet_trainer(max_epochs=epochs, num_sanity_val_steps=0, gradient_clip_val=clip)
     trainer.fit(m, loader(128, batch_size=64), loader(96, batch_size=32, seed=1))
     return m, trainer.callback_metrics
 
