@@ -60,13 +60,13 @@ class PonderLitModule(L.LightningModule):
         """The loss terms and, per sample, the accuracy, the halting step and ``E[n]``."""
         out, losses = self.unroll_and_loss(x, y)
         p = self.model.weights(out).detach()
+        steps = expected_steps(p)  # E[n] = Σ_n n p_n
         if evaluation or not self.model.random_halting:  # the answer at inference's halting step
             prediction, halt_step = self.model.answer(out, self.generator)
             acc = prediction.argmax(-1) == y
         else:  # training flips no coin: the expectations over n ~ p
-            acc = (p * (out.logits.argmax(-1) == y)).sum(0)  # Σ_n p_n 1[ŷ_n = y]
-            halt_step = expected_steps(p)  # E[n] = Σ_n n p_n
-        return {**losses, "acc": acc, "halt_step": halt_step, "expected_steps": expected_steps(p)}
+            acc, halt_step = (p * (out.logits.argmax(-1) == y)).sum(0), steps  # Σ_n p_n 1[ŷ_n = y], E[n]
+        return {**losses, "acc": acc, "halt_step": halt_step, "expected_steps": steps}
 
     @staticmethod
     def record(metrics: MetricCollection, values: dict[str, Tensor], batch_size: int) -> None:
