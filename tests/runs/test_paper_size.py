@@ -1,0 +1,85 @@
+"""The paper-size parity runs (tools/paper_size.py): a run killed mid-training and continued ends on
+the weights of the run trained in one go (Adam's moments and the batches' generator travel in its
+checkpoint), and a quick run records its curve, update count and measured time."""
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pondernet_tutorial.runs.checkpoints import load_model
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOL = ROOT / "tools" / "paper_size.py"
+spec = importlib.util.spec_from_file_location("paper_size", TOOL)
+paper_size = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(paper_size)
+
+
+def test_a_quick_run_records_its_curve_count_and_time(tmp_path):
+    paper_size.main([str(tmp_path), "--quick", "--runs", "96:act:0"])
+    folder = tmp_path / "96-act-seed0"
+    curve = pd.read_csv(folder / "curve.csv")
+    assert list(curve["updates"]) == [4, 8]
+    assert {"seen_accuracy", "unseen_accuracy", "seen_steps", "unseen_steps", "wall_s"} <= set(curve)
+    # trained on k 1-48, scored on 1-48 and 49-96 (k drawn uniformly: 50 vectors reach near the ends)
+    assert curve["seen_n"].eq(50).all() and curve["unseen_n"].eq(50).all()
+    assert curve["wall_s"].is_monotonic_increasing and curve["wall_s"].iloc[-1] > 0
+    record = json.loads((folder / "metadata.json").read_text())
+    assert record["updates"] == 8 and record["sittings"] == 1
+    assert record["scored"]["seen"][1] <= 48 < record["scored"]["unseen"][0]
+    assert record["method_options"]["halting_bias"] == 1.0 and record["method_options"]["tau"] == 2e-3
+    load_model(folder / "model.safetensors")  # the package's own model file
+
+
+def test_a_run_is_named_size_method_seed():
+    for bad in ("64:pondernet", "32:act:0", "64:fixed:0", "96:act:x", "pondernet:0"):
+        with pytest.raises(SystemExit, match="SIZE:METHOD:SEED"):
+            paper_size.parse_run(bad)
+
+
+def _train(out: Path, updates: int) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, str(TOOL), str(out), "--runs", "64:pondernet:0", "--updates", str(updates)]
+    return subprocess.Popen(
+        [*command, "--no-compile"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+
+
+@pytest.mark.slow
+def test_a_killed_and_continued_run_ends_on_the_weights_of_one_run_in_one_go(tmp_path):
+    updates = 2_000  # two epochs of 1,000: killed in the second, continued from the first's last.ckpt
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    one_go = _train(straight, updates)
+    interrupted = _train(killed, updates)
+    last = killed / "64-pondernet-seed0" / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + 600
+    while not last.is_file() and interrupted.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert last.is_file(), interrupted.stderr.read()[-2000:]
+    time.sleep(3)  # into the second epoch
+    interrupted.send_signal(signal.SIGKILL)
+    interrupted.wait()
+    assert not (killed / "64-pondernet-seed0" / "model.safetensors").exists(), "killed after the end"
+    checkpoint = torch.load(last, weights_only=True)
+    assert checkpoint["global_step"] == 1_000
+    assert checkpoint["optimizer_states"][0]["state"], "last.ckpt holds no Adam moments"
+    continued = _train(killed, updates)
+    for process in (one_go, continued):
+        assert process.wait(timeout=900) == 0, process.stderr.read()[-2000:]
+    a = load_file(straight / "64-pondernet-seed0" / "model.safetensors")
+    b = load_file(killed / "64-pondernet-seed0" / "model.safetensors")
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    record = json.loads((killed / "64-pondernet-seed0" / "metadata.json").read_text())
+    assert record["updates"] == updates and record["sittings"] == 2
