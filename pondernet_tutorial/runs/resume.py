@@ -106,8 +106,9 @@ RESUME_FILE = (
     "resume.json"  # the identity of the run being trained in a folder, until its model file is written
 )
 # what an unfinished run's folder holds: Lightning's checkpoints (checked one by one) and logs, its
-# resume.json, and the temporary files of whole writes
-UNFINISHED = {"checkpoints", "logs", RESUME_FILE}
+# resume.json, the temporary files of whole writes, and the history and metadata of a run killed in its
+# final save (both written again whole when it ends; nothing is read from them)
+UNFINISHED = {"checkpoints", "logs", RESUME_FILE, "history.csv", "metadata.json"}
 CHECKPOINT_NAME = re.compile(r"(best|last)(-v\d+)?\.ckpt")
 MAX_ENTRIES = 10_000  # files in an unfinished run's folder: a few checkpoints and log files
 

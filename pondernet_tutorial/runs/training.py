@@ -392,9 +392,12 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
             "quick": bool(config.quick or config.train_subset),
         }
         write_json(run_dir / "metadata.json", metadata)
+        # the model file first (written whole, then renamed into place): a run with it is complete.
+        # Only then go what a rerun would resume from, so that a kill at any moment leaves a finished
+        # run or a resumable one, never a lost training
+        save_weights(module, run_dir / WEIGHTS)
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
         (run_dir / RESUME_FILE).unlink(missing_ok=True)
-        save_weights(module, run_dir / WEIGHTS)  # last: a run with its model file is complete
         return module, metadata
 
 

@@ -357,15 +357,20 @@ def test_an_unsafe_pickle_is_refused_in_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["history.csv", "metadata.json", WEIGHTS])
-def test_a_run_killed_while_writing_is_trained_again(tmp_path, name):
-    """SIGKILL-like death at the first byte of each file of a run: nothing partial under its own name,
-    and the next ``train`` trains it whole (before: a 0-byte model file made a finished-looking run)."""
+def test_a_run_killed_in_its_final_save_is_resumed_not_lost(tmp_path, name):
+    """SIGKILL-like death at the first byte of each file of the final save: nothing partial under its
+    own name, and the next ``train`` continues from the run's last checkpoint and trains nothing again
+    (before: a 0-byte model file made a finished-looking run; then the checkpoints and resume.json were
+    deleted before the model file was written, and the rerun trained from scratch)."""
     config = tiny(tmp_path)
     assert in_child(train, config, fault=("kill", name)) == -signal.SIGXFSZ
     assert_whole(tmp_path)
     assert not is_complete(config)
-    train(config)
+    assert (config.run_dir / "checkpoints" / "last.ckpt").is_file()
+    _, metadata = train(config)
     assert_complete(config)
+    assert metadata["resumed"] and metadata["epochs_run"] == config.epochs
+    assert not (config.run_dir / "checkpoints").exists() and not (config.run_dir / "resume.json").exists()
     assert not leftovers(tmp_path)
 
 
