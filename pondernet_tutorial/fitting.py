@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, EarlyStopping
 
+from .checkpointing import CheckedCheckpointIO, FolderCheckpoint, checkpoint_bound
 from .lightning_module import PonderLitModule
+
+MAX_EPOCHS = 100_000  # an epoch count past this is a typo, not a training
 
 
 class TrainingDivergedError(RuntimeError):
@@ -57,7 +60,7 @@ def fit(
     select_by: str = "val/acc",
     patience: int = 0,
     stop_at_val_acc: float | None = None,
-    best: ModelCheckpoint | None = None,
+    best: FolderCheckpoint | None = None,
     ckpt_path=None,
     callbacks=(),
     **trainer_options,
@@ -65,13 +68,16 @@ def fit(
     """Train ``module`` on ``datamodule`` and load the weights of its best epoch into it (eval mode).
 
     Args:
+        max_epochs: the most epochs to train, 1 to :data:`MAX_EPOCHS`.
         select_by: the logged metric that picks the best epoch (``val/acc``; a name ending in ``loss``
             is minimised).
         patience: stop after this many epochs without a better validation accuracy (0: never).
         stop_at_val_acc: stop once the validation accuracy reaches this value.
-        best: the ``ModelCheckpoint`` that keeps the best epoch (default: Lightning's, ranking by
-            ``select_by``, in a folder of the Trainer's).
-        ckpt_path: a Lightning checkpoint to continue from, as ``Trainer.fit`` takes it (weights-only).
+        best: the checkpoint callback that keeps the best epoch (default: a
+            :class:`~pondernet_tutorial.checkpointing.FolderCheckpoint` ranking by ``select_by``, in a folder
+            of the Trainer's); it trusts no path restored from ``ckpt_path``.
+        ckpt_path: a Lightning checkpoint to continue from, as ``Trainer.fit`` takes it; read as data
+            (:func:`~pondernet_tutorial.checkpointing.read_checkpoint_file`), as is the best epoch's file.
         callbacks, trainer_options: more callbacks, and any argument of ``lightning.Trainer``.
 
     Returns:
@@ -80,8 +86,11 @@ def fit(
     Raises:
         TrainingDivergedError: the training loss or the weights became NaN or infinite (checked at the
             end of every epoch); the module keeps no best weights.
+        CheckpointError: ``ckpt_path`` or the best epoch's file is not a checkpoint of this model.
     """
-    best = best or ModelCheckpoint(monitor=select_by, mode=mode(select_by))
+    if isinstance(max_epochs, bool) or not isinstance(max_epochs, int) or not 1 <= max_epochs <= MAX_EPOCHS:
+        raise ValueError(f"max_epochs must be a whole number from 1 to {MAX_EPOCHS:,}, got {max_epochs!r}.")
+    best = best or FolderCheckpoint(filename="best", monitor=select_by, mode=mode(select_by))
     callbacks = [best, *callbacks, StopOnNonFinite()]
     if patience or stop_at_val_acc:
         callbacks.append(
@@ -89,12 +98,9 @@ def fit(
                 "val/acc", mode="max", patience=patience or max_epochs, stopping_threshold=stop_at_val_acc
             )
         )
-    trainer = L.Trainer(max_epochs=max_epochs, callbacks=callbacks, **trainer_options)
+    plugins = [CheckedCheckpointIO(checkpoint_bound(module))]
+    trainer = L.Trainer(max_epochs=max_epochs, callbacks=callbacks, plugins=plugins, **trainer_options)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
-    best_epoch = trainer.current_epoch - 1  # without validation: the last epoch
-    if best.best_model_path:  # weights only: loading runs no code from the file
-        checkpoint = torch.load(best.best_model_path, map_location="cpu", weights_only=True)
-        module.load_state_dict(checkpoint["state_dict"])
-        best_epoch = int(checkpoint["epoch"])
+    best_epoch = best.load_best(module)  # weights only, from the file that was checked
     module.cpu().eval()
-    return trainer, best_epoch
+    return trainer, trainer.current_epoch - 1 if best_epoch is None else best_epoch

@@ -33,13 +33,14 @@ import pandas as pd
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from pondernet_tutorial.checkpointing import FolderCheckpoint
 from pondernet_tutorial.data.base import EvalSet, data_generator
 from pondernet_tutorial.runs.build import make_datamodule, make_module
 from pondernet_tutorial.runs.checkpoints import load_model, save_weights
 from pondernet_tutorial.runs.config import PRETRAINED_DIR
 from pondernet_tutorial.runs.evaluation import evaluate_set
 from pondernet_tutorial.runs.files import read_json
-from pondernet_tutorial.runs.resume import RunCheckpoint, last_checkpoint, read_checkpoint
+from pondernet_tutorial.runs.resume import last_checkpoint, read_checkpoint
 from pondernet_tutorial.runs.studies import get_study
 from pondernet_tutorial.runs.training import trainer_options
 
@@ -131,7 +132,7 @@ def continue_run(method: str, seed: int, out: Path, quick: bool) -> None:
     else:
         read_checkpoint(resume, checkpoint_dir)  # the checks before Lightning reads it
     epochs = 2 if quick else TOTAL_EPOCHS - start_epoch
-    last = RunCheckpoint(dirpath=checkpoint_dir, filename="last", enable_version_counter=False)
+    last = FolderCheckpoint(dirpath=checkpoint_dir, filename="last", enable_version_counter=False)
     options = trainer_options(config) | {"enable_progress_bar": False, "logger": False}
     trainer = L.Trainer(max_epochs=epochs, callbacks=[last, curve], **options)
     began = time.time()

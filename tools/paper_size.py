@@ -38,6 +38,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 import pondernet_tutorial
+from pondernet_tutorial.checkpointing import FolderCheckpoint
 from pondernet_tutorial.data.base import EvalSet
 from pondernet_tutorial.fitting import StopOnNonFinite
 from pondernet_tutorial.runs.build import make_datamodule, make_module
@@ -45,7 +46,7 @@ from pondernet_tutorial.runs.checkpoints import save_weights
 from pondernet_tutorial.runs.config import TrainConfig
 from pondernet_tutorial.runs.evaluation import evaluate_set
 from pondernet_tutorial.runs.files import read_json, write_json
-from pondernet_tutorial.runs.resume import LAST, RunCheckpoint, last_checkpoint, read_checkpoint
+from pondernet_tutorial.runs.resume import LAST, last_checkpoint, read_checkpoint
 from pondernet_tutorial.runs.training import hardware, library_versions, quiet_lightning, trainer_options
 
 UPDATES = 500_000  # the stopping rule, fixed before the runs: this many updates, whatever the accuracy
@@ -189,7 +190,7 @@ def train_run(
     datamodule.batches_per_epoch = batches
     module = make_module(config)
     curve = Curve(folder / "curve.csv", score_sets(datamodule, vectors), every)
-    last = RunCheckpoint(dirpath=checkpoints, filename=LAST, enable_version_counter=False)
+    last = FolderCheckpoint(dirpath=checkpoints, filename=LAST, enable_version_counter=False)
     options = trainer_options(config) | {"logger": False, "limit_val_batches": 0}
     trainer = L.Trainer(max_epochs=epochs, callbacks=[curve, StopOnNonFinite(), last], **options)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume, weights_only=True)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from ..untrusted import CheckpointError  # noqa: F401 (raised here, caught by its callers)
 from .build import make_module
 from .config import (
     PRETRAINED_DIR,
@@ -47,11 +48,6 @@ FORMAT = "pondernet_tutorial/weights-v3"
 TRUST_HINT = "Load it only if you trust the file: load_model(..., trust_code=True), or evaluate --trust-code"
 # the largest model file: MAX_PARAMETERS weights of 8 bytes (float64 at most), and a header of a few kB
 MAX_WEIGHTS_BYTES = 8 * MAX_PARAMETERS + 2**20
-
-
-class CheckpointError(RuntimeError):
-    """A model file or checkpoint is missing, damaged, names code that is not registered, or does not
-    fit the model that its folder records or that the caller asks for: one line."""
 
 
 def save_weights(module: RunModule, path: str | os.PathLike) -> Path:

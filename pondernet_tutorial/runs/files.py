@@ -26,6 +26,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from ..untrusted import MAX_READ_BYTES, DamagedFileError, open_regular  # noqa: F401 (used here and by runs/)
 from .processes import is_rank_zero, pid_alive
 
 TEMP_SUFFIX = ".tmp"
@@ -195,37 +196,9 @@ def torch_save(obj, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-MAX_READ_BYTES = 64 * 2**20  # metadata.json, study.json, locks: a few kB; a bigger file is damaged
 # tables (history.csv, the evaluation and study tables, per_sample.csv.gz): the largest shipped one holds
 # 4.5 MB gzipped, about 40 MB of text; a table 25 times bigger is not one the package wrote
 MAX_TABLE_BYTES = 1 * 2**30
-
-
-class DamagedFileError(OSError):
-    """A file the package reads is not a regular file of bounded size (a FIFO, a device such as
-    ``/dev/zero``, a folder, a file too big): one line that names it."""
-
-    def __str__(self) -> str:
-        return self.strerror or super().__str__()
-
-
-def open_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES, follow_links: bool = True):
-    """``path`` open for binary reading if it is a regular file (a link to one is followed, unless
-    ``follow_links`` is false: then a link fails to open) of at most ``cap`` bytes; a FIFO, a device, a
-    folder or a bigger file raises :class:`DamagedFileError` at once (the open never blocks:
-    ``O_NONBLOCK``). The check is made on the open file, so the file cannot be swapped between the check
-    and the read."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
-    fd = os.open(path, flags if follow_links else flags | getattr(os, "O_NOFOLLOW", 0))
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise DamagedFileError(errno.EINVAL, f"{path} is not a regular file")
-        if info.st_size > cap:
-            raise DamagedFileError(errno.EFBIG, f"{path} holds {info.st_size:,} bytes, more than {cap:,}")
-        return os.fdopen(os.dup(fd), "rb")
-    finally:
-        os.close(fd)
 
 
 def read_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES) -> bytes:

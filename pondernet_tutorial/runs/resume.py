@@ -6,7 +6,9 @@ from that checkpoint (:func:`resumable`) after checking the folder and the file:
 that a run writes, no link leads out, the checkpoint is a regular file of bounded size in the run's
 own ``checkpoints/``, read weights-only, with this configuration's hyperparameters and the model's
 shapes (:func:`read_checkpoint`, :func:`_check_last_checkpoint`). What Lightning restores holds no
-path: :class:`RunCheckpoint` finds the best epoch's file by its name in its own folder.
+path: :class:`~pondernet_tutorial.checkpointing.FolderCheckpoint` (``fit``'s own) finds the best
+epoch's file by its name in its own folder. No file in the folder may have a second name (a hard link):
+the logger rewrites its files in place.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 
-from .checkpoints import CheckpointError
+from ..checkpointing import read_checkpoint_file
+from ..untrusted import CheckpointError
 from .config import WEIGHTS, TrainConfig, _plain, identity_differences
-from .files import open_regular, read_json
+from .files import read_json
 from .options import MAX_PARAMETERS
 from .processes import is_rank_zero
 
@@ -42,9 +44,9 @@ def last_checkpoint(checkpoint_dir) -> Path | None:
 
 def read_checkpoint(path, folder) -> dict:
     """A Lightning checkpoint that this package's ``fit`` wrote in ``folder``, read with every check
-    made before the read: the file lies in ``folder`` itself (its real path, no link on the way), is a
-    regular file (never a FIFO or a device: the open never blocks) of bounded size, and is loaded
-    weights-only (plain data: nothing in it is run).
+    made before the read: the file lies in ``folder`` itself (its real path, no link on the way), and
+    :func:`~pondernet_tutorial.checkpointing.read_checkpoint_file` reads it as data (a regular file of
+    bounded size, inflating to a bounded size, weights-only).
 
     Raises:
         CheckpointError: one line on why the file cannot be read; never PyTorch's advice to load it
@@ -53,53 +55,7 @@ def read_checkpoint(path, folder) -> dict:
     path, folder = Path(path), Path(folder)
     if path.is_symlink() or path.resolve().parent != folder.resolve():
         raise CheckpointError(f"{path} does not lie in {folder}: a checkpoint names only its own folder.")
-    try:
-        file = open_regular(path, MAX_CHECKPOINT_BYTES, follow_links=False)
-    except OSError as error:  # DamagedFileError too: not a regular file, or too big
-        raise CheckpointError(f"{path} cannot be read ({error.strerror}).") from None
-    with file:
-        try:
-            checkpoint = torch.load(file, map_location="cpu", weights_only=True)
-        except Exception as error:  # a pickle that asks for code, a truncated file: the first line only
-            first = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
-            raise CheckpointError(f"{path} is not a weights-only checkpoint ({first})") from None
-    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
-        raise CheckpointError(f"{path} is not a Lightning checkpoint (no state_dict).")
-    return checkpoint
-
-
-def _is_score(value) -> bool:
-    return isinstance(value, (float, int, torch.Tensor)) and torch.as_tensor(value).numel() == 1
-
-
-class RunCheckpoint(ModelCheckpoint):
-    """Lightning's ``ModelCheckpoint``, restored from a checkpoint without trusting the paths in it.
-
-    Lightning restores the paths of the best and the last checkpoints as they were recorded, and later
-    deletes the old best one (recursively): a recorded path that names another folder would be
-    deleted, and a run copied to another folder would keep pointing at the old one. Here only the
-    recorded file *names* are used, in this callback's own folder, and only when they are its own
-    checkpoint files (``best.ckpt``, ``best-v1.ckpt``, ...), regular files of at most
-    ``MAX_CHECKPOINT_BYTES`` (``fit`` loads the best one at the end), with a numeric score; anything
-    else restores nothing (the next epoch's checkpoint is the best so far).
-    """
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        if self.dirpath is None or not isinstance(state_dict, dict):
-            return
-        name = Path(str(state_dict.get("best_model_path") or "")).name
-        path = Path(self.dirpath) / name
-        score = state_dict.get("best_model_score")
-        if not re.fullmatch(rf"{re.escape(self.filename or '')}(-v\d+)?\.ckpt", name):
-            return
-        if not path.is_file() or path.is_symlink() or (self.monitor is not None and not _is_score(score)):
-            return
-        if path.stat().st_size > MAX_CHECKPOINT_BYTES:
-            return
-        self.best_model_path = self.kth_best_model_path = str(path)
-        if self.monitor is not None:
-            self.best_model_score = self.kth_value = torch.as_tensor(float(score))
-            self.best_k_models = {str(path): self.best_model_score}
+    return read_checkpoint_file(path, MAX_CHECKPOINT_BYTES)
 
 
 RESUME_FILE = (
@@ -146,6 +102,10 @@ def _check_unfinished_folder(run_dir: Path) -> None:
                 continue
             if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
                 raise CheckpointError(f"{relative} is not a regular file")
+            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:  # cp -al, rsync --link-dest
+                raise CheckpointError(
+                    f"{relative} has {info.st_nlink} names (a hard link): writing it would change the others"
+                )
             top = relative.parts[0]
             if top not in UNFINISHED and not (name.startswith(".") and name.endswith(".tmp")):
                 raise CheckpointError(f"{relative} is not a file of an unfinished run")
@@ -200,7 +160,7 @@ def resumable(run_dir: Path, config: TrainConfig, datamodule, module) -> bool:
     trained again), its folder holds only what a run writes, and its ``checkpoints/last.ckpt`` is this
     run's (:func:`_check_last_checkpoint`). A run that fails a check is trained again, in one line that
     says why. What is resumed holds no path: the best epoch's checkpoint is found by its name in the
-    run's own folder (:class:`RunCheckpoint`)."""
+    run's own folder (:class:`~pondernet_tutorial.checkpointing.FolderCheckpoint`)."""
     if type(datamodule).state_dict is L.LightningDataModule.state_dict:
         return False
     if not (run_dir / RESUME_FILE).exists() or (run_dir / WEIGHTS).exists() or run_dir.is_symlink():

@@ -30,6 +30,7 @@ import pandas as pd
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from ..checkpointing import FolderCheckpoint
 from ..fitting import fit, mode
 from .build import make_datamodule, make_module, use_cuda_graph
 from .checkpoints import CheckpointError, save_weights
@@ -38,7 +39,7 @@ from .cuda_graph import GraphedPonderLitModule
 from .files import check_unlocked, folder_lock, read_json, write_csv, write_json
 from .module import RunModule
 from .processes import end_with_parent, is_rank_zero, mark_parent, stop_on_signals
-from .resume import BEST, LAST, RESUME_FILE, RunCheckpoint, cannot_continue, last_checkpoint, resumable
+from .resume import BEST, LAST, RESUME_FILE, cannot_continue, last_checkpoint, resumable
 
 # Paths of the machine that trained a run: never recorded in its metadata (results are shared).
 MACHINE_FIELDS = ("data_dir", "output_dir")
@@ -340,13 +341,13 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
                     select_by=config.select_by,
                     patience=config.early_stopping_patience,
                     stop_at_val_acc=config.stop_at_val_acc or None,
-                    best=RunCheckpoint(
+                    best=FolderCheckpoint(
                         checkpoints, BEST, monitor=config.select_by, mode=mode(config.select_by)
                     ),
                     ckpt_path=last_checkpoint(checkpoints) if resume else None,
                     # last.ckpt after every epoch (not save_last=True: Lightning then writes it only
                     # in the epochs that improve the best): what a resumed run reads
-                    callbacks=[RunCheckpoint(checkpoints, LAST, enable_version_counter=False), history],
+                    callbacks=[FolderCheckpoint(checkpoints, LAST, enable_version_counter=False), history],
                     logger=make_logger(config, run_dir / "logs"),
                     **trainer_options(config),
                 )

@@ -27,6 +27,8 @@ import pondernet_tutorial
 PACKAGE = Path(pondernet_tutorial.__file__).resolve().parent
 ROOT = PACKAGE.parent
 CORE = (
+    "untrusted",
+    "checkpointing",
     "minimal",
     "halting",
     "losses",

@@ -130,13 +130,13 @@ def test_2_a_fifo_named_as_the_best_checkpoint_never_blocks(tmp_path, monkeypatc
 
 
 @pytest.mark.parametrize("bound, restored", [(4096, True), (1024, False)])
-def test_2b_a_best_checkpoint_over_the_size_bound_is_not_restored(tmp_path, monkeypatch, bound, restored):
-    from pondernet_tutorial.runs import resume
+def test_2b_a_best_checkpoint_over_the_size_bound_is_not_restored(tmp_path, bound, restored):
+    from pondernet_tutorial.checkpointing import FolderCheckpoint
 
     best = tmp_path / "best-v3.ckpt"
     best.write_bytes(b"x" * 2048)  # fit() would load it at the end: it must be within the bound
-    monkeypatch.setattr(resume, "MAX_CHECKPOINT_BYTES", bound)
-    callback = resume.RunCheckpoint(tmp_path, "best", monitor="val/acc", mode="max")
+    callback = FolderCheckpoint(tmp_path, "best", monitor="val/acc", mode="max")
+    callback.max_bytes = bound  # what setup() derives from the module's size
     callback.load_state_dict({"best_model_path": str(best), "best_model_score": torch.tensor(0.5)})
     assert callback.best_model_path == (str(best) if restored else "")
 

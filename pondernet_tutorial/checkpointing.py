@@ -1,0 +1,130 @@
+"""Lightning checkpoints read as data, and a checkpoint callback that trusts no path it restores.
+
+A checkpoint handed to :func:`~pondernet_tutorial.fitting.fit` (``ckpt_path``), or one that it finds in
+its own folder, may come from anyone:
+
+- :func:`read_checkpoint_file` reads it through one descriptor, checked by
+  :func:`~pondernet_tutorial.untrusted.open_regular` (a regular file, never a link, a FIFO or a device,
+  of bounded size); the sizes its archive's members inflate to are added up before anything is
+  inflated, and ``torch.load`` runs weights-only (it never runs code from the file).
+  :class:`CheckedCheckpointIO` makes every load that Lightning does go through it.
+- :class:`FolderCheckpoint` is Lightning's ``ModelCheckpoint`` restored without trusting a path: the
+  paths that Lightning restores from a checkpoint are later deleted (the k-th best one, recursively)
+  or loaded (the best one), so only the recorded file *name* is used, in the callback's own folder,
+  and only when it is one of its own checkpoint files.
+"""
+
+from __future__ import annotations
+
+import re
+import zipfile
+from pathlib import Path
+
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from .untrusted import CheckpointError, open_regular
+
+CHECKPOINT_OVERHEAD = 64 * 2**20  # a checkpoint's counters, callback states and history, besides weights
+
+
+def checkpoint_bound(module: torch.nn.Module) -> int:
+    """The most bytes a Lightning checkpoint of ``module`` holds, inflated: its weights and Adam's two
+    moments, and :data:`CHECKPOINT_OVERHEAD` for the rest."""
+    weights = sum(p.numel() * p.element_size() for p in module.state_dict().values() if torch.is_tensor(p))
+    return 3 * weights + CHECKPOINT_OVERHEAD
+
+
+def read_checkpoint_file(path, max_bytes: int) -> dict:
+    """A Lightning checkpoint read as data: a regular file (never a link, a FIFO or a device) of at most
+    ``max_bytes``, whose archive members inflate to at most ``max_bytes`` in all, loaded weights-only
+    from the descriptor that was checked.
+
+    Raises:
+        CheckpointError: one line on why the file cannot be read; never PyTorch's advice to load it
+            unsafely.
+    """
+    try:
+        file = open_regular(path, max_bytes, follow_links=False)
+    except OSError as error:  # DamagedFileError too: not a regular file, or too big
+        raise CheckpointError(f"{path} cannot be read ({error.strerror or error}).") from None
+    with file:
+        try:
+            if zipfile.is_zipfile(file):  # torch.save's format: its members' sizes, before inflating
+                with zipfile.ZipFile(file) as archive:
+                    inflated = sum(member.file_size for member in archive.infolist())
+                if inflated > max_bytes:
+                    raise CheckpointError(
+                        f"{path} inflates to {inflated:,} bytes, more than a checkpoint of this model "
+                        f"({max_bytes:,})."
+                    )
+            file.seek(0)
+            checkpoint = torch.load(file, map_location="cpu", weights_only=True)
+        except CheckpointError:
+            raise
+        except Exception as error:  # a pickle that asks for code, a truncated file: the first line only
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
+            raise CheckpointError(f"{path} is not a weights-only checkpoint ({first})") from None
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
+        raise CheckpointError(f"{path} is not a Lightning checkpoint (no state_dict).")
+    return checkpoint
+
+
+class CheckedCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint input and output, with every load made by :func:`read_checkpoint_file`
+    (saves are Lightning's own: written whole, then moved into place)."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+
+    def load_checkpoint(self, path, map_location=None, weights_only=True) -> dict:
+        return read_checkpoint_file(path, self.max_bytes)
+
+
+def _is_score(value) -> bool:
+    return isinstance(value, (float, int, torch.Tensor)) and torch.as_tensor(value).numel() == 1
+
+
+class FolderCheckpoint(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint``, restored from a checkpoint without trusting the paths in it.
+
+    Lightning restores the paths of the best and the k-th best checkpoints as they were recorded, later
+    deletes the k-th best one (recursively, when a better epoch comes) and loads the best one: a
+    recorded ``checkpoints/../victim`` would be deleted, a recorded FIFO would block the load. Here only
+    the recorded best file's *name* is used, in this callback's own folder, and only when it is one of
+    its own checkpoint files (``best.ckpt``, ``best-v1.ckpt``, ...), a regular file within the bound,
+    with a numeric score; anything else restores nothing (the next epoch's checkpoint is the best so
+    far). :meth:`load_best` reads the best file through :func:`read_checkpoint_file`.
+    """
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        self.max_bytes = checkpoint_bound(pl_module)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        if self.dirpath is None or not isinstance(state_dict, dict):
+            return
+        name = Path(str(state_dict.get("best_model_path") or "")).name
+        path = Path(self.dirpath) / name
+        score = state_dict.get("best_model_score")
+        if not re.fullmatch(rf"{re.escape(self.filename or '')}(-v\d+)?\.ckpt", name):
+            return
+        if self.monitor is not None and not _is_score(score):
+            return
+        try:
+            open_regular(path, getattr(self, "max_bytes", CHECKPOINT_OVERHEAD), follow_links=False).close()
+        except OSError:
+            return
+        self.best_model_path = self.kth_best_model_path = str(path)
+        if self.monitor is not None:
+            self.best_model_score = self.kth_value = torch.as_tensor(float(score))
+            self.best_k_models = {str(path): self.best_model_score}
+
+    def load_best(self, module: torch.nn.Module) -> int | None:
+        """Load the best epoch's weights into ``module``; its epoch, or ``None`` when none was kept."""
+        if not self.best_model_path:
+            return None
+        checkpoint = read_checkpoint_file(self.best_model_path, checkpoint_bound(module))
+        module.load_state_dict(checkpoint["state_dict"])
+        return int(checkpoint["epoch"])
