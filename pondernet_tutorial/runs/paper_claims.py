@@ -1,0 +1,128 @@
+"""The PonderNet paper's three parity claims, and the rules that judge them at the paper's own size.
+
+The paper (Banino et al. 2021, §3.1, figures 1 and 2c) claims, for its parity network:
+
+1. at 64 elements (interpolation), PonderNet at λ_p = 0.1 solves the task in roughly 3 steps;
+2. trained on 1 to 48 non-zero entries of 96 and tested on 49 to 96 (extrapolation), PonderNet
+   answers almost perfectly, with almost twice the steps of interpolation (5);
+3. on the same extrapolation ACT stays at chance.
+
+``tools/paper_size.py`` trains two seeds of PonderNet and of ACT at each size to 500,000 updates. These
+rules were fixed in a commit before the first 96-element run finished training, and are not to be tuned
+to the results. Each is judged per seed, on the run's last point (its weights after the last update,
+scored on 8,000 vectors per range), with the 95% Wilson interval of its accuracy over those vectors:
+
+- **almost perfect**: the interval lies at or above :attr:`PaperRules.perfect` (95%); wholly below it
+  is short of it; across it is undetermined;
+- **about 3 steps**: the mean halting step on the training range within :attr:`PaperRules.steps_near`
+  of 3; **almost twice**: the extrapolation run's mean step on the unseen range between
+  :attr:`PaperRules.ratio` times PonderNet's mean at 64 (over its seeds);
+- **at chance**: the interval lies within :attr:`PaperRules.chance_band` of 50% (the book's learned
+  mark is 10 points above chance, so a run at chance never reaches it); wholly outside that band is not
+  at chance; across its edge is undetermined.
+
+A claim is *held* when every seed holds it, *not held* when no seed does, and *undetermined* otherwise
+(a seed undetermined, or the seeds disagree: the page then shows each seed). A run short of
+:data:`UPDATES` is *not judged*: a partial run is never reported as the full one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+UPDATES = 500_000  # the update count every run trains to, whatever its accuracy
+STUDY = "parity-paper-size"  # the shipped study's folder, under pretrained/studies
+CHANCE = 0.5
+HELD, NOT_HELD, UNDETERMINED, NOT_JUDGED = "held", "not held", "undetermined", "not judged"
+
+
+@dataclass(frozen=True)
+class PaperRules:
+    """The thresholds of the paper's claims (see the module's docstring), declared once, here.
+
+    Attributes:
+        perfect: accuracy for "almost perfectly" and for solving: 95%, five points short of perfect,
+            a generous reading of the paper's "almost perfectly" (its figure 1b).
+        paper_steps: the paper's step count at 64 elements and λ_p = 0.1 ("roughly 3", figure 2c).
+        steps_near: how far from ``paper_steps`` "roughly" reaches: one step.
+        ratio: the range of "almost twice" (the paper's 5 steps against 3): 1.5 to 2.5 times.
+        chance_band: how far from chance "at chance" reaches: ten points, the book's learned mark.
+        z: the normal quantile of the 95% intervals.
+    """
+
+    perfect: float = 0.95
+    paper_steps: float = 3.0
+    steps_near: float = 1.0
+    ratio: tuple = (1.5, 2.5)
+    chance_band: float = 0.10
+    z: float = 1.96
+
+
+def wilson(share: float, n: int, z: float = PaperRules.z) -> tuple[float, float]:
+    """The 95% Wilson interval of a share of ``n`` vectors."""
+    if n <= 0 or not math.isfinite(share):
+        return (math.nan, math.nan)
+    centre = (share + z**2 / (2 * n)) / (1 + z**2 / n)
+    half = z * math.sqrt(share * (1 - share) / n + z**2 / (4 * n**2)) / (1 + z**2 / n)
+    return (centre - half, centre + half)
+
+
+def at_least(low: float, high: float, mark: float) -> str:
+    """:data:`HELD` when the interval ``(low, high)`` lies at or above ``mark``, :data:`NOT_HELD` when it
+    lies wholly below, :data:`UNDETERMINED` when it straddles it."""
+    if low >= mark:
+        return HELD
+    return NOT_HELD if high < mark else UNDETERMINED
+
+
+def within(low: float, high: float, lower: float, upper: float) -> str:
+    """:data:`HELD` when the interval lies within ``[lower, upper]``, :data:`NOT_HELD` when it lies
+    wholly outside, :data:`UNDETERMINED` when it crosses an edge."""
+    if lower <= low and high <= upper:
+        return HELD
+    return NOT_HELD if high < lower or low > upper else UNDETERMINED
+
+
+def both(*verdicts: str) -> str:
+    """Two parts of one claim: held when both hold, not held when either fails, else undetermined."""
+    if NOT_HELD in verdicts:
+        return NOT_HELD
+    return HELD if all(v == HELD for v in verdicts) else UNDETERMINED
+
+
+def over_seeds(verdicts: list[str]) -> str:
+    """A claim over its seeds: held when every seed holds it, not held when none does."""
+    if not verdicts or NOT_JUDGED in verdicts:
+        return NOT_JUDGED
+    if all(v == HELD for v in verdicts):
+        return HELD
+    return NOT_HELD if all(v == NOT_HELD for v in verdicts) else UNDETERMINED
+
+
+def interpolates(end: dict, rules: PaperRules = PaperRules()) -> str:
+    """Claim 1 for one PonderNet seed at 64 elements: its last point ``end`` (``updates``,
+    ``seen_accuracy``, ``seen_n``, ``seen_steps``) solves the training range in roughly 3 steps."""
+    if end["updates"] < UPDATES:
+        return NOT_JUDGED
+    accuracy = at_least(*wilson(end["seen_accuracy"], end["seen_n"], rules.z), rules.perfect)
+    near = abs(end["seen_steps"] - rules.paper_steps) <= rules.steps_near
+    return both(accuracy, HELD if near else NOT_HELD)
+
+
+def extrapolates(end: dict, interpolation_steps: float, rules: PaperRules = PaperRules()) -> str:
+    """Claim 2 for one PonderNet seed at 96 elements: almost perfect on the unseen range, with between
+    ``rules.ratio`` times ``interpolation_steps`` (PonderNet's mean step at 64 over its seeds)."""
+    if end["updates"] < UPDATES or not math.isfinite(interpolation_steps):
+        return NOT_JUDGED
+    accuracy = at_least(*wilson(end["unseen_accuracy"], end["unseen_n"], rules.z), rules.perfect)
+    ratio = end["unseen_steps"] / interpolation_steps
+    return both(accuracy, HELD if rules.ratio[0] <= ratio <= rules.ratio[1] else NOT_HELD)
+
+
+def at_chance(end: dict, rules: PaperRules = PaperRules()) -> str:
+    """Claim 3 for one ACT seed at 96 elements: its unseen-range accuracy is at chance."""
+    if end["updates"] < UPDATES:
+        return NOT_JUDGED
+    low, high = wilson(end["unseen_accuracy"], end["unseen_n"], rules.z)
+    return within(low, high, CHANCE - rules.chance_band, CHANCE + rules.chance_band)

@@ -1,0 +1,65 @@
+"""The rules that judge the paper's three parity claims (runs/paper_claims.py), on ends made up to sit
+on each side of each threshold: a rule that drifts from its docstring fails here."""
+
+import math
+
+import pytest
+
+from pondernet_tutorial.runs import paper_claims as pc
+
+N = 8_000
+
+
+def end(**values) -> dict:
+    return {"updates": pc.UPDATES, "seen_n": N, "unseen_n": N, **values}
+
+
+def test_the_wilson_interval_is_the_textbook_one():
+    low, high = pc.wilson(0.5, 100)
+    assert (round(low, 4), round(high, 4)) == (0.4038, 0.5962)  # Wilson (1927) at z = 1.96
+    assert all(math.isnan(v) for v in pc.wilson(0.5, 0))
+
+
+@pytest.mark.parametrize(
+    "accuracy, steps, verdict",
+    [
+        (0.99, 3.2, pc.HELD),
+        (0.99, 4.5, pc.NOT_HELD),  # solves it, in more than roughly 3 steps
+        (0.90, 3.0, pc.NOT_HELD),  # 3 steps, short of solving
+        (0.95, 3.0, pc.UNDETERMINED),  # the interval straddles 95%
+    ],
+)
+def test_claim_1_needs_both_the_accuracy_and_about_3_steps(accuracy, steps, verdict):
+    assert pc.interpolates(end(seen_accuracy=accuracy, seen_steps=steps)) == verdict
+
+
+@pytest.mark.parametrize(
+    "accuracy, steps, verdict",
+    [
+        (0.98, 6.0, pc.HELD),  # twice 3
+        (0.98, 9.0, pc.NOT_HELD),  # three times
+        (0.60, 6.0, pc.NOT_HELD),
+        (0.952, 6.0, pc.UNDETERMINED),
+    ],
+)
+def test_claim_2_compares_the_unseen_steps_with_interpolations(accuracy, steps, verdict):
+    assert pc.extrapolates(end(unseen_accuracy=accuracy, unseen_steps=steps), 3.0) == verdict
+
+
+@pytest.mark.parametrize(
+    "accuracy, verdict", [(0.52, pc.HELD), (0.651, pc.NOT_HELD), (0.30, pc.NOT_HELD), (0.60, pc.UNDETERMINED)]
+)
+def test_claim_3_at_chance_is_within_ten_points_of_it(accuracy, verdict):
+    assert pc.at_chance(end(unseen_accuracy=accuracy)) == verdict
+
+
+def test_a_run_short_of_the_update_count_is_not_judged():
+    short = end(updates=pc.UPDATES - 1000, seen_accuracy=1.0, seen_steps=3.0, unseen_accuracy=0.5)
+    assert pc.interpolates(short) == pc.NOT_JUDGED and pc.at_chance(short) == pc.NOT_JUDGED
+    assert pc.over_seeds([pc.HELD, pc.NOT_JUDGED]) == pc.NOT_JUDGED
+
+
+def test_seeds_that_disagree_leave_a_claim_undetermined():
+    assert pc.over_seeds([pc.HELD, pc.HELD]) == pc.HELD
+    assert pc.over_seeds([pc.NOT_HELD, pc.NOT_HELD]) == pc.NOT_HELD
+    assert pc.over_seeds([pc.HELD, pc.NOT_HELD]) == pc.UNDETERMINED
