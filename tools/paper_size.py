@@ -11,6 +11,7 @@ appends the scores to ``curve.csv``; the scores never select weights: a run ends
     python tools/paper_size.py OUT --runs 64:pondernet:0 64:act:0     # train (or continue) these runs
     python tools/paper_size.py OUT --cost 64:pondernet:0              # seconds per 10,000 updates
     python tools/paper_size.py OUT --quick                            # tests only: 2 epochs of 4 batches
+    python tools/paper_size.py OUT --ship                             # the runs so far into the study
 
 Resumable across sittings: ``checkpoints/last.ckpt`` is written after every 1,000 updates with the
 weights, Adam's moments and step counts, the training batches' generator and the curve's clock, so a
@@ -42,14 +43,14 @@ from pondernet_tutorial.checkpointing import FolderCheckpoint
 from pondernet_tutorial.data.base import EvalSet
 from pondernet_tutorial.fitting import StopOnNonFinite
 from pondernet_tutorial.runs.build import make_datamodule, make_module
-from pondernet_tutorial.runs.checkpoints import save_weights
-from pondernet_tutorial.runs.config import TrainConfig
+from pondernet_tutorial.runs.checkpoints import load_model, save_weights
+from pondernet_tutorial.runs.config import PRETRAINED_DIR, TrainConfig
 from pondernet_tutorial.runs.evaluation import evaluate_set
-from pondernet_tutorial.runs.files import read_json, write_json
+from pondernet_tutorial.runs.files import read_json, write_csv, write_json
+from pondernet_tutorial.runs.paper_claims import STUDY, UPDATES, wilson
 from pondernet_tutorial.runs.resume import LAST, last_checkpoint, read_checkpoint
 from pondernet_tutorial.runs.training import hardware, library_versions, quiet_lightning, trainer_options
 
-UPDATES = 500_000  # the stopping rule, fixed before the runs: this many updates, whatever the accuracy
 BATCHES_PER_EPOCH = 1_000  # an epoch of the data module: 1,000 batches of 128
 EVERY = 10  # epochs between two points of the curve: 10,000 updates
 VECTORS = 8_000  # vectors per scored range
@@ -226,6 +227,62 @@ def train_run(
     return folder
 
 
+def last_weights(spec: str, folder: Path):
+    """The run's weights after its last update (``model.safetensors``, or an unfinished run's
+    ``last.ckpt``), as a module, and the updates they have had."""
+    n, method, seed = parse_run(spec)
+    module = make_module(run_config(n, method, seed, compile=False))
+    if (folder / "model.safetensors").is_file():
+        module.load_state_dict(load_model(folder / "model.safetensors").state_dict())
+        return module, int(read_json(folder / "metadata.json")["updates"])
+    checkpoint = read_checkpoint(folder / "checkpoints" / "last.ckpt", folder / "checkpoints")
+    module.load_state_dict(checkpoint["state_dict"])
+    return module, int(checkpoint["global_step"])
+
+
+def ship(out: Path, destination: Path) -> pd.DataFrame:
+    """Every run trained so far into ``destination`` (the shipped study): ``curves.csv`` (every point of
+    every run), ``runs.csv`` (one row a run: the updates it reached, finished or not, its measured wall
+    time and sittings, its last point with 95% Wilson intervals) and each run's last weights
+    (``weights/<size>-<method>-seed<k>.safetensors``). An unfinished run ships what it reached, marked
+    so, and stays resumable in ``out``."""
+    curves, rows = [], []
+    (destination / "weights").mkdir(parents=True, exist_ok=True)
+    for spec in RUNS:
+        n, method, seed = parse_run(spec)
+        folder = out / f"{n}-{method}-seed{seed}"
+        if not (folder / "curve.csv").is_file():
+            continue
+        module, updates = last_weights(spec, folder)
+        curve = pd.read_csv(folder / "curve.csv")
+        curve = curve[curve["updates"] <= updates]  # a point past the weights kept: a killed epoch's
+        end = curve.iloc[-1]
+        finished = (folder / "model.safetensors").is_file()
+        record = read_json(folder / "metadata.json") or {}
+        row = {"size": n, "method": method, "seed": seed, "updates": updates, "finished": finished}
+        row["stopped_by"] = "update count" if finished else f"not finished: {updates:,} of {UPDATES:,}"
+        row["wall_time_s"] = record.get("wall_time_s", float(end["wall_s"]))
+        row["sittings"] = record.get("sittings")
+        for name in ("seen", "unseen"):
+            if f"{name}_accuracy" in end and pd.notna(end[f"{name}_accuracy"]):
+                share, count = float(end[f"{name}_accuracy"]), int(end[f"{name}_n"])
+                low, high = wilson(share, count)
+                row |= {f"{name}_accuracy": share, f"{name}_low": low, f"{name}_high": high}
+                row |= {f"{name}_steps": float(end[f"{name}_steps"]), f"{name}_n": count}
+        rows.append(row)
+        curves.append(curve.assign(size=n, method=method, seed=seed))
+        save_weights(module, destination / "weights" / f"{n}-{method}-seed{seed}.safetensors")
+    if not rows:
+        raise SystemExit(f"error: no run in {out} has a point of its curve yet")
+    runs = pd.DataFrame(rows)
+    table = pd.concat(curves)
+    first = ["size", "method", "seed"]
+    write_csv(destination / "curves.csv", table[first + [c for c in table if c not in first]], index=False)
+    write_csv(destination / "runs.csv", runs, index=False, float_format="%.6g")
+    print(f"shipped {len(runs)} runs ({int(runs['finished'].sum())} finished) to {destination}")
+    return runs
+
+
 def cost(spec: str, out: Path, batches: int = 300) -> None:
     """Seconds per 10,000 updates of one run's training step (no scoring), from the median of three
     epochs of ``batches`` updates after one epoch that compiles; written to ``out/cost.json``."""
@@ -264,12 +321,23 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", nargs="+", default=list(RUNS), help="SIZE:METHOD:SEED, e.g. 96:act:1")
     parser.add_argument("--cost", action="store_true", help="time the training step of each run instead")
     parser.add_argument("--quick", action="store_true", help="tests only: 2 epochs of 4 batches")
+    parser.add_argument(
+        "--ship",
+        nargs="?",
+        const=PRETRAINED_DIR / "studies" / STUDY,
+        type=Path,
+        metavar="DIR",
+        help=f"write the runs so far into the shipped study (default: pretrained/studies/{STUDY})",
+    )
     parser.add_argument("--updates", type=int, help=argparse.SUPPRESS)  # tests: epochs of 1,000 updates
     parser.add_argument("--no-compile", action="store_true", help=argparse.SUPPRESS)  # tests
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # two runs side by side on two cores
     for run in args.runs:
         parse_run(run)
+    if args.ship:
+        ship(args.out, args.ship)
+        return 0
     for run in args.runs:
         with quiet_lightning():
             one(run, args)

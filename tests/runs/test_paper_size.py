@@ -83,3 +83,32 @@ def test_a_killed_and_continued_run_ends_on_the_weights_of_one_run_in_one_go(tmp
         assert torch.equal(a[name], b[name]), name
     record = json.loads((killed / "64-pondernet-seed0" / "metadata.json").read_text())
     assert record["updates"] == updates and record["sittings"] == 2
+
+
+def test_ship_writes_each_runs_last_weights_and_marks_an_unfinished_run(tmp_path):
+    out, study = tmp_path / "runs", tmp_path / "study"
+    paper_size.main([str(out), "--quick", "--runs", "64:pondernet:1", "96:act:0"])
+    unfinished = out / "96-act-seed0"
+    (unfinished / "model.safetensors").unlink()  # as a run stopped in its last sitting leaves it
+    (unfinished / "metadata.json").unlink()
+    paper_size.main([str(out), "--ship", str(study)])
+    runs = pd.read_csv(study / "runs.csv").set_index("method")
+    assert list(runs["finished"]) == [True, False] and list(runs["updates"]) == [8, 8]
+    assert runs.loc["act", "stopped_by"] == "not finished: 8 of 500,000"
+    assert runs.loc["pondernet", "stopped_by"] == "update count"
+    assert (runs["seen_low"] <= runs["seen_accuracy"]).all() and (
+        runs["seen_accuracy"] <= runs["seen_high"]
+    ).all()
+    curves = pd.read_csv(study / "curves.csv")
+    assert len(curves) == 4 and set(curves["size"]) == {64, 96}
+    # the shipped weights are the ones the curve's last point scored: re-scored, the same numbers
+    for spec, folder in (("64:pondernet:1", "64-pondernet-seed1"), ("96:act:0", "96-act-seed0")):
+        n, method, seed = paper_size.parse_run(spec)
+        module = load_model(study / "weights" / f"{folder}.safetensors")
+        datamodule = paper_size.make_datamodule(paper_size.run_config(n, method, seed))
+        end = curves[(curves["size"] == n) & (curves["method"] == method)].iloc[-1]
+        for name, eval_set in paper_size.score_sets(datamodule, 50).items():
+            per_sample, _ = paper_size.evaluate_set(module, eval_set, seed=0)
+            assert (per_sample.label == per_sample.prediction).mean() == pytest.approx(
+                end[f"{name}_accuracy"]
+            )
