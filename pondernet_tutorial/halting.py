@@ -39,15 +39,24 @@ def check_lambda_p(lambda_p: float, name: str = "lambda_p") -> float:
     return lambda_p
 
 
+# The most steps N (the command line's maximum too): a model holds a row of its prior per step, and
+# training keeps every step's activations for the backward pass. The book uses N <= 100.
+MAX_STEPS = 1000
+
+
 def check_max_steps(max_steps: int, name: str = "max_steps") -> int:
-    """Return ``max_steps`` (N) as an int or raise a ``ValueError``: N counts steps, a whole number >= 1."""
+    """Return ``max_steps`` (N) as an int or raise a ``ValueError``: N counts steps, a whole number from 1
+    to :data:`MAX_STEPS`."""
     if (
         isinstance(max_steps, bool)
         or not isinstance(max_steps, numbers.Real)
         or not float(max_steps).is_integer()
-        or max_steps < 1
+        or not 1 <= max_steps <= MAX_STEPS
     ):
-        raise ValueError(f"{name} must be an integer >= 1, got {max_steps!r}.")
+        raise ValueError(
+            f"{name} must be a whole number from 1 to {MAX_STEPS:,} (the most pondering steps; each step "
+            f"keeps its activations in memory), got {max_steps!r}."
+        )
     return int(max_steps)
 
 

@@ -22,8 +22,8 @@ each run's last weights (``continued/<method>-seed<k>.safetensors``) into the st
 
 from __future__ import annotations
 
-import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,10 +36,11 @@ from lightning.pytorch.callbacks import Callback
 from pondernet_tutorial.checkpointing import FolderCheckpoint
 from pondernet_tutorial.data.base import EvalSet, data_generator
 from pondernet_tutorial.runs.build import make_datamodule, make_module
-from pondernet_tutorial.runs.checkpoints import load_model, save_weights
+from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model, save_weights
+from pondernet_tutorial.runs.cli import Parser  # a mistake in the arguments: one line, exit status 2
 from pondernet_tutorial.runs.config import PRETRAINED_DIR
 from pondernet_tutorial.runs.evaluation import evaluate_set
-from pondernet_tutorial.runs.files import read_json
+from pondernet_tutorial.runs.files import read_json, read_table, write_csv
 from pondernet_tutorial.runs.resume import last_checkpoint, read_checkpoint
 from pondernet_tutorial.runs.studies import get_study
 from pondernet_tutorial.runs.training import trainer_options
@@ -89,9 +90,9 @@ class Curve(Callback):
             row[f"{name}_steps"] = float(per_sample.halt_step.mean())
             row[f"{name}_n"] = len(per_sample)
         module.train(was_training)
-        rows = pd.read_csv(self.path) if self.path.is_file() else pd.DataFrame()
+        rows = read_table(self.path) if os.path.lexists(self.path) else pd.DataFrame()  # bounded, regular
         rows = pd.concat([rows[rows.epochs != epoch] if len(rows) else rows, pd.DataFrame([row])])
-        rows.sort_values("epochs").to_csv(self.path, index=False, float_format="%.6g")
+        write_csv(self.path, rows.sort_values("epochs"), index=False, float_format="%.6g")  # whole
         print(f"{self.path.parent.name}: {row}", flush=True)
 
     def on_train_epoch_end(self, trainer, pl_module):
@@ -167,7 +168,7 @@ def ship(out: Path) -> None:
         record = read_json(folder / "metadata.json")
         if record is None or not (folder / "model.safetensors").is_file():
             raise SystemExit(f"{folder} has not finished: continue it first")
-        curve = pd.read_csv(folder / "curve.csv")
+        curve = read_table(folder / "curve.csv")
         assert curve["updates"].max() == TOTAL_EPOCHS * 1000, f"{folder} stops before 500,000 updates"
         curves.append(curve.assign(method=method, seed=int(seed)))
         records[f"{method}-seed{seed}"] = {k: v for k, v in record.items() if not k.startswith("wall")}
@@ -175,15 +176,22 @@ def ship(out: Path) -> None:
             folder / "model.safetensors", study / "continued" / f"{method}-seed{seed}.safetensors"
         )
     table = pd.concat(curves)[["method", "seed", *curves[0].columns[:-2]]]
-    table.to_csv(study / "continued.csv", index=False, float_format="%.6g")
+    write_csv(study / "continued.csv", table, index=False, float_format="%.6g")
     (study / "continued.json").write_text(json.dumps(records, indent=2) + "\n")
     print(f"shipped {len(table)} points of {len(curves)} runs to {study}")
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--runs", nargs="+", default=list(RUNS), help="method:seed, e.g. act:1")
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        default=list(RUNS),
+        choices=RUNS,
+        metavar="METHOD:SEED",
+        help=f"the runs to continue, method:seed: {', '.join(RUNS)} [all four]",
+    )
     parser.add_argument("--quick", action="store_true", help="tests only: 2 epochs of 4 batches")
     parser.add_argument("--ship", action="store_true", help="write the finished curves into the study")
     args = parser.parse_args(argv)
@@ -193,7 +201,11 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     for run in args.runs:
         method, _, seed = run.partition(":")
-        continue_run(method, int(seed), args.out, args.quick)
+        try:
+            continue_run(method, int(seed), args.out, args.quick)
+        except (OSError, CheckpointError) as error:  # a damaged or odd file in the run's folder: one line
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import sys
 import time
 from datetime import datetime
@@ -34,14 +35,36 @@ ROOT = Path(__file__).resolve().parents[1]
 SHUTDOWN_SECONDS = 20
 
 
+def timeout_seconds(value, where: str) -> int:
+    """A cell timeout as a whole number of seconds >= 1, or a ``ValueError`` (one line) naming where it
+    is set."""
+    try:
+        number = float(value)  # YAML and JSON give an int; a numeric string is taken too
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not (number >= 1 and number.is_integer()):  # NaN fails >=
+        raise ValueError(
+            f"{where} is {value!r}: give the cell timeout as a whole number of seconds, at least 1"
+        )
+    return int(number)
+
+
 def default_timeout() -> int:
     import yaml
 
-    return int(yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]["timeout"])
+    path = ROOT / "_config.yml"
+    try:
+        value = yaml.safe_load(path.read_text())["execute"]["timeout"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as error:
+        raise ValueError(f"{path} gives no execute.timeout ({type(error).__name__}: {error})") from None
+    return timeout_seconds(value, f"execute.timeout in {path}")
 
 
-def notebook_timeout(nb) -> int:
-    return int(nb.metadata.get("execution", {}).get("timeout", default_timeout()))
+def notebook_timeout(nb, name: str = "the notebook") -> int:
+    execution = nb.metadata.get("execution", {})
+    if isinstance(execution, dict) and "timeout" in execution:
+        return timeout_seconds(execution["timeout"], f"execution.timeout in the metadata of {name}")
+    return default_timeout()
 
 
 def cell_seconds(cell) -> float | None:
@@ -65,7 +88,7 @@ def execute(path: Path, kernel: str) -> tuple[object, list[tuple[float, int]]]:
     from nbclient.exceptions import CellControlSignal, CellExecutionError, CellTimeoutError
 
     nb = nbformat.read(path, as_version=4)
-    timeout = notebook_timeout(nb)
+    timeout = notebook_timeout(nb, path.name)
     running = {}
     client = NotebookClient(
         nb,
@@ -136,6 +159,9 @@ def main(argv=None) -> int:
         except RuntimeError as error:
             print(error, file=sys.stderr)
             return 1
+        except ValueError as error:  # a timeout that is not a number of seconds: the input's mistake
+            print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+            return 2
         target = args.out / path.name
         target.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, target)

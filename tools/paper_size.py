@@ -28,6 +28,7 @@ run; ``metadata.json`` records which copy of the package ran.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -43,10 +44,10 @@ from pondernet_tutorial.checkpointing import FolderCheckpoint
 from pondernet_tutorial.data.base import EvalSet
 from pondernet_tutorial.fitting import StopOnNonFinite
 from pondernet_tutorial.runs.build import make_datamodule, make_module
-from pondernet_tutorial.runs.checkpoints import load_model, save_weights
+from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model, save_weights
 from pondernet_tutorial.runs.config import PRETRAINED_DIR, TrainConfig
 from pondernet_tutorial.runs.evaluation import evaluate_set
-from pondernet_tutorial.runs.files import read_json, write_csv, write_json
+from pondernet_tutorial.runs.files import read_json, read_table, write_csv, write_json
 from pondernet_tutorial.runs.paper_claims import STUDY, UPDATES, wilson
 from pondernet_tutorial.runs.resume import LAST, last_checkpoint, read_checkpoint
 from pondernet_tutorial.runs.training import hardware, library_versions, quiet_lightning, trainer_options
@@ -141,11 +142,11 @@ class Curve(Callback):
         self.wall_s += time.perf_counter() - self._start
         if row is not None:
             row["wall_s"] = round(self.wall_s, 1)
-            rows = pd.read_csv(self.path) if self.path.is_file() else pd.DataFrame()
+            rows = read_table(self.path) if os.path.lexists(self.path) else pd.DataFrame()  # bounded, regular
             if len(rows):
                 rows = rows[rows.epochs < epoch]  # an epoch trained again after a kill: its new row
             rows = pd.concat([rows, pd.DataFrame([row])]).sort_values("epochs")
-            rows.to_csv(self.path, index=False, float_format="%.6g")
+            write_csv(self.path, rows, index=False, float_format="%.6g")  # written whole, never in place
             print(f"{self.path.parent.name}: {row}", flush=True)
 
 
@@ -254,7 +255,7 @@ def ship(out: Path, destination: Path) -> pd.DataFrame:
         if not (folder / "curve.csv").is_file():
             continue
         module, updates = last_weights(spec, folder)
-        curve = pd.read_csv(folder / "curve.csv")
+        curve = read_table(folder / "curve.csv")
         curve = curve[curve["updates"] <= updates]  # a point past the weights kept: a killed epoch's
         end = curve.iloc[-1]
         finished = (folder / "model.safetensors").is_file()
@@ -339,8 +340,12 @@ def main(argv=None) -> int:
         ship(args.out, args.ship)
         return 0
     for run in args.runs:
-        with quiet_lightning():
-            one(run, args)
+        try:
+            with quiet_lightning():
+                one(run, args)
+        except (OSError, CheckpointError) as error:  # a damaged or odd file in the run's folder: one line
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     return 0
 
 

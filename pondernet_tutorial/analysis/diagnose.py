@@ -74,6 +74,11 @@ def diagnose(model, x, difficulty=None, show: bool = True, rules: Rules | None =
             raise ValueError(
                 f"difficulty has {len(d)} values for a batch of {expected.shape[0]}: give one per input"
             )
+        if not torch.isfinite(d).all():  # a NaN ranks nowhere: ρ would be NaN, read as fixed depth
+            raise ValueError(
+                f"difficulty has {int((~torch.isfinite(d)).sum())} NaN or infinite values: give a finite "
+                "difficulty for every input (or none)"
+            )
         rho = float(spearman(pd.Series(d.numpy()), pd.Series(expected.cpu().numpy())))
         beyond = float((expected.cpu().double() - d).mean())  # E[n] − difficulty
     if difficulty is None and spread >= rules.spread:

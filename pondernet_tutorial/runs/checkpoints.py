@@ -3,9 +3,10 @@
 A model file (``model.safetensors``) is a `safetensors <https://huggingface.co/docs/safetensors>`_ file:
 the tensors of the module's ``state_dict``, and in its header, as JSON text, the format and the module's
 hyperparameters. Reading it parses JSON and copies bytes, never unpickles anything, so it cannot run
-code; its header declares every tensor's shape, so the size of the model is checked before a byte of
-weights is read, and a file cannot ask for more memory than its size. A run folder also holds its
-configuration in ``metadata.json`` beside the weights.
+code; it is read once, through the open file that was checked, and its header declares every tensor's
+shape, so the size of the model is checked before any tensor is made, and a file cannot ask for more
+memory than its size. Weights that no training writes (NaN, infinities, integers) are refused. A run
+folder also holds its configuration in ``metadata.json`` beside the weights.
 
 The hyperparameters name the step function, the halting method and the loss by registered name, so
 any run that the registry describes is rebuilt from its file. What they name is looked up among the
@@ -20,10 +21,12 @@ Shipped runs live in ``pretrained/<experiment>/<variant>/seed<k>/`` like any run
 
 from __future__ import annotations
 
+import errno
 import inspect
 import json
 import math
 import os
+from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -46,8 +49,10 @@ from .registry import LOSSES, METHODS, STEPS, UnregisteredComponentError, check_
 
 FORMAT = "pondernet_tutorial/weights-v3"
 TRUST_HINT = "Load it only if you trust the file: load_model(..., trust_code=True), or evaluate --trust-code"
-# the largest model file: MAX_PARAMETERS weights of 8 bytes (float64 at most), and a header of a few kB
-MAX_WEIGHTS_BYTES = 8 * MAX_PARAMETERS + 2**20
+# the largest model file: MAX_PARAMETERS weights of 8 bytes (float64 at most), and a header of at most
+# MAX_HEADER_BYTES (the package writes a few kB)
+MAX_HEADER_BYTES = 2**20
+MAX_WEIGHTS_BYTES = 8 * MAX_PARAMETERS + MAX_HEADER_BYTES
 
 
 def save_weights(module: RunModule, path: str | os.PathLike) -> Path:
@@ -70,42 +75,99 @@ def _accepted_hparams() -> set[str]:
 
 
 def _read_weights(path: Path) -> tuple[dict, dict]:
-    """The hyperparameters in a model file's header, and its tensors. The file must be a regular file
-    (a FIFO or a device never blocks or fills the memory) no bigger than the largest model allowed;
-    safetensors checks that its header covers the file exactly before anything is read, and the
-    declared weights are counted before any is read."""
-    from safetensors import SafetensorError, safe_open
+    """The hyperparameters in a model file's header, and its tensors. The file is opened once, as a
+    regular file (a FIFO or a device never blocks or fills the memory) no bigger than the largest model
+    allowed, and its bytes are read through that one open file (a file swapped in after the check is
+    never read). Its header is parsed from those bytes: its size must lie within the file, and the
+    declared weights are counted before any tensor is made; safetensors then checks that the header
+    covers the bytes exactly as it makes the tensors (``safetensors.torch.load``)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load
 
     try:
-        open_regular(path, MAX_WEIGHTS_BYTES).close()
-        with safe_open(str(path), "pt") as file:
-            metadata = file.metadata() or {}
-            values = sum(math.prod(file.get_slice(k).get_shape()) for k in file.keys())
-            if values > MAX_PARAMETERS:
-                raise CheckpointError(
-                    f"{path} declares {values:,} weights, more than {MAX_PARAMETERS:,} ({PARAMETERS_REASON}): "
-                    "it is not a model of this package's experiments."
-                )
-            if metadata.get("format") != FORMAT:
-                raise CheckpointError(
-                    f"{path} has format {metadata.get('format')!r}, this package reads {FORMAT!r}: it was not "
-                    "written by this version of pondernet_tutorial; train the run again with this one."
-                )
-            hparams = json.loads(metadata.get("hparams", "null"))
-            if not isinstance(hparams, dict):
-                raise CheckpointError(
-                    f"{path} is not a PonderNet model file: its hyperparameters are not a dictionary."
-                )
-            return hparams, {k: file.get_tensor(k) for k in file.keys()}
+        with open_regular(path, MAX_WEIGHTS_BYTES) as file:
+            data = file.read(MAX_WEIGHTS_BYTES + 1)
+        if len(data) > MAX_WEIGHTS_BYTES:
+            raise DamagedFileError(errno.EFBIG, f"{path} holds more than {MAX_WEIGHTS_BYTES:,} bytes")
+        header, weights = _header(data)
+        metadata = header.pop("__metadata__", None) or {}
+        entries = [_entry(entry) for entry in header.values()]
+        end = max((end for _, end in entries), default=0)
+        if end != weights:  # safetensors' own check, made here before anything is counted
+            raise ValueError(f"its header places the weights in {end:,} bytes, the file holds {weights:,}")
+        values = sum(math.prod(shape) for shape, _ in entries)
+        if values > MAX_PARAMETERS:
+            raise CheckpointError(
+                f"{path} declares {values:,} weights, more than {MAX_PARAMETERS:,} ({PARAMETERS_REASON}): "
+                "it is not a model of this package's experiments."
+            )
+        if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
+            found = metadata.get("format") if isinstance(metadata, dict) else None
+            raise CheckpointError(
+                f"{path} has format {found!r}, this package reads {FORMAT!r}: it was not "
+                "written by this version of pondernet_tutorial; train the run again with this one."
+            )
+        hparams = json.loads(metadata.get("hparams", "null"))
+        if not isinstance(hparams, dict):
+            raise CheckpointError(
+                f"{path} is not a PonderNet model file: its hyperparameters are not a dictionary."
+            )
+        return hparams, load(data)
     except (DamagedFileError, OSError) as error:
         raise CheckpointError(
             f"{path} is not a model file ({error.strerror or error}): give the {WEIGHTS} file of a run."
         ) from None
-    except (SafetensorError, ValueError, RecursionError) as error:  # a JSONDecodeError is a ValueError
+    except (SafetensorError, ValueError, TypeError, RecursionError) as error:  # JSONDecodeError: ValueError
         raise CheckpointError(
             f"{path} is not a whole {WEIGHTS} file ({_one_line(error)}) A model.pt of an older version and a "
             "Lightning .ckpt are PyTorch pickles, which this package never loads: download or train it again."
         ) from None
+
+
+def _header(data: bytes) -> tuple[dict, int]:
+    """The JSON header of a safetensors file's bytes (an 8-byte little-endian length, then the header,
+    which must lie within the file), and the number of bytes after it."""
+    if len(data) < 8:
+        raise ValueError(f"{len(data)} bytes, fewer than the 8 of a header's length")
+    size = int.from_bytes(data[:8], "little")
+    if size > min(len(data) - 8, MAX_HEADER_BYTES):
+        raise ValueError(f"a header of {size:,} bytes in a file of {len(data):,}")
+    header = json.loads(data[8 : 8 + size].decode("utf-8"))
+    if not isinstance(header, dict):
+        raise ValueError("its header is not a dictionary")
+    return header, len(data) - 8 - size
+
+
+def _entry(entry) -> tuple[list[int], int]:
+    """A tensor's shape and the end of its bytes, as its entry in the header declares them."""
+    shape, offsets = (entry.get("shape"), entry.get("data_offsets")) if isinstance(entry, dict) else (0, 0)
+    if not (
+        isinstance(shape, list)
+        and isinstance(offsets, list)
+        and len(offsets) == 2
+        and all(type(n) is int and n >= 0 for n in [*shape, *offsets])
+    ):
+        raise ValueError(f"a tensor's entry in its header is {str(entry)[:80]}, not a shape and offsets")
+    return shape, offsets[1]
+
+
+def _check_values(state: dict, module, path: Path) -> None:
+    """Refuse weights that no training writes: a floating-point tensor of the model given as integers
+    (copied in silently, they would be evaluated), or holding NaN or an infinity."""
+    expected = module.state_dict()
+    for name, tensor in state.items():
+        if name not in expected or not expected[name].is_floating_point():
+            continue  # a missing or unexpected name is load_state_dict's to refuse
+        if not tensor.is_floating_point():
+            raise CheckpointError(
+                f"{path} holds the weights {name} as {str(tensor.dtype).removeprefix('torch.')}, not floating "
+                "point: it was not written by training; train the run again."
+            )
+        if not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(
+                f"{path} holds NaN or infinite values in {name}: its training diverged or the file is "
+                "damaged; train the run again."
+            )
 
 
 def _check_registered_only(hparams: dict, path: Path) -> None:
@@ -126,9 +188,6 @@ def _check_registered_only(hparams: dict, path: Path) -> None:
             hparams.get("step"), STEPS, "step function", hparams.get("step_options"), ("n_classes",)
         )
         check_registered(hparams.get("loss_fn", "cross_entropy"), LOSSES, "loss function")
-        for name in ("step_options", "method_options"):
-            if not isinstance(hparams.get(name) or {}, dict):
-                raise UnregisteredComponentError(f"its {name} are not a dictionary")
     except UnregisteredComponentError as error:
         raise CheckpointError(f"{path}: {error}; nothing was imported or run. {TRUST_HINT}.") from None
 
@@ -220,6 +279,12 @@ def load_model(
     unknown = sorted(set(hparams) - _accepted_hparams())
     if unknown:
         raise CheckpointError(f"{path} has hyperparameters this package does not know: {', '.join(unknown)}.")
+    for name in ("step_options", "method_options"):
+        if not isinstance(hparams.get(name) or {}, dict):
+            raise CheckpointError(
+                f"{path} is not a model file of this package: its {name} are "
+                f"{type(hparams[name]).__name__}, not a dictionary; train the run again."
+            )
     if (path.parent / "metadata.json").exists():  # a run folder
         metadata = read_json(path.parent / "metadata.json")
         if metadata is None:
@@ -249,6 +314,7 @@ def load_model(
         raise CheckpointError(
             f"{path} describes a model that does not fit in memory: {_one_line(error)}"
         ) from None
+    _check_values(state, module, path)
     try:
         module.load_state_dict(state)
     except RuntimeError as error:
@@ -297,7 +363,12 @@ def load_pretrained(
     ``load_pretrained("parity-extrapolation", "act", seed=1, tau=0.01)`` an ACT run on parity. The
     ``options`` are :class:`TrainConfig` fields; they pick the run folder, and the run's recorded
     configuration and its model file's own hyperparameters must equal them.
+
+    Raises:
+        TypeError: an option that is not a field of :class:`TrainConfig`, or ``output_dir``: the shipped
+            runs lie in the package (a run of another folder: :func:`load_model`).
     """
+    _check_pretrained_options(options)
     for name, owners in other_methods_options(method, options).items():
         raise CheckpointError(
             f"{name} is an option of {' and '.join(owners)}, not of {method}: pass method={owners[0]!r}."
@@ -316,6 +387,25 @@ def load_pretrained(
     except ValueError as error:
         raise CheckpointError(str(error)) from error
     return load_model(folder / WEIGHTS, map_location, trust_code=trust_code, config=config)
+
+
+def _check_pretrained_options(options: dict) -> None:
+    """Refuse, in one line that names what is accepted, a keyword that is not an option of a run."""
+    accepted = {f.name for f in fields(TrainConfig)} - {"experiment", "method", "seed", "output_dir"}
+    odd = sorted(set(options) - accepted)
+    if not odd:
+        return
+    where = (
+        f": it loads the runs shipped in {PRETRAINED_DIR}; load a run of another folder with "
+        "load_model('<run folder>/model.safetensors')"
+        if "output_dir" in odd
+        else ""
+    )
+    raise TypeError(
+        f"load_pretrained() got the unexpected keyword {', '.join(odd)}{where}. It takes experiment, method, "
+        "seed, map_location, trust_code and the options of TrainConfig that name a run (lambda_p, beta, tau, "
+        "max_steps, step_options, ...)."
+    )
 
 
 def _shipped_metadata(folder: Path) -> dict:

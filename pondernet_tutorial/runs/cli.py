@@ -421,6 +421,11 @@ def _evaluate(args) -> None:
                 f"--{next(iter(given)).replace('_', '-')} names a shipped run: use it with --pretrained; "
                 "a --checkpoint's options are recorded in it."
             )
+        if not args.checkpoint.strip():
+            raise UserError(
+                "--checkpoint is empty: give the model.safetensors of a run "
+                "(<output dir>/<experiment>/<variant>/seed<k>/model.safetensors)."
+            )
         recorded = _recorded_experiment(Path(args.checkpoint))
         experiment_name = args.experiment or recorded
         if experiment_name is None:
@@ -547,7 +552,7 @@ def _pretrained_config(args, given: dict) -> TrainConfig:
 
 def _recorded_experiment(checkpoint) -> str | None:
     """The experiment that the metadata.json beside a checkpoint records, if it is there and readable."""
-    meta = checkpoint.with_name("metadata.json")
+    meta = checkpoint.parent / "metadata.json"  # with_name would fail on a path without a name (/)
     from .files import read_json
 
     try:

@@ -26,6 +26,9 @@ from .files import folder_lock, read_json, read_table, write_csv, write_json
 
 EVAL_FORMAT = "pondernet_tutorial/evaluation-v3"
 RUN_TABLES = ("summary.csv", "per_step.csv", "per_class.csv")
+# the columns of the run tables that hold numbers (the studies compute with them): a table read back with
+# text in one is damaged, one line, not a traceback where it is used
+NUMERIC_COLUMNS = tuple("degrees k step label prediction accuracy halt_step expected_steps n".split())
 HALTING_FORMAT = "pondernet_tutorial/halting-v1"
 
 
@@ -309,7 +312,8 @@ def evaluate_halting(
             )
         datamodule, record = _datamodule_and_record(config, limit, seed, None)
         module = module if module is not None else load_model(run_dir / WEIGHTS, config=config)
-        table = halting_table(module, datamodule.evaluation_sets(), read_table(run_dir / "per_sample.csv.gz"))
+        per_sample = read_table(run_dir / "per_sample.csv.gz", numeric=NUMERIC_COLUMNS)
+        table = halting_table(module, datamodule.evaluation_sets(), per_sample)
         (run_dir / "halting.json").unlink(missing_ok=True)
         write_csv(run_dir / "halting.csv", table, index=False, float_format="%.6g")
         write_json(run_dir / "halting.json", halting_record(record))
@@ -319,9 +323,9 @@ def evaluate_halting(
 def load_run_tables(run_dir: str | Path, per_sample: bool = False) -> dict[str, pd.DataFrame]:
     """A run's evaluation tables (and its per-sample table, where it was kept)."""
     run_dir = Path(run_dir)
-    tables = {t.removesuffix(".csv"): read_table(run_dir / t) for t in RUN_TABLES}
+    tables = {t.removesuffix(".csv"): read_table(run_dir / t, numeric=NUMERIC_COLUMNS) for t in RUN_TABLES}
     if (run_dir / "halting.csv").is_file():
-        tables["halting"] = read_table(run_dir / "halting.csv")
+        tables["halting"] = read_table(run_dir / "halting.csv", numeric=NUMERIC_COLUMNS)
     if per_sample and (run_dir / "per_sample.csv.gz").exists():
-        tables["per_sample"] = read_table(run_dir / "per_sample.csv.gz")
+        tables["per_sample"] = read_table(run_dir / "per_sample.csv.gz", numeric=NUMERIC_COLUMNS)
     return tables

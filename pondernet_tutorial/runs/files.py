@@ -197,8 +197,9 @@ def torch_save(obj, path: str | os.PathLike) -> Path:
 
 
 # tables (history.csv, the evaluation and study tables, per_sample.csv.gz): the largest shipped one holds
-# 4.5 MB gzipped, about 40 MB of text; a table 25 times bigger is not one the package wrote
-MAX_TABLE_BYTES = 1 * 2**30
+# 4.5 MB gzipped, about 40 MB of text; a table 6 times bigger is not one the package wrote (and a table
+# within the bound is read in seconds)
+MAX_TABLE_BYTES = 256 * 2**20
 
 
 def read_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES) -> bytes:
@@ -211,18 +212,32 @@ def read_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES) -> bytes:
     return data
 
 
+def damaged_table(path, why: str) -> DamagedFileError:
+    """A table that cannot be read, in one line that says what to do."""
+    return DamagedFileError(
+        errno.EINVAL,
+        f"{path} is not a readable table ({why}): make it again with the command that wrote it "
+        "(`reproduce --reevaluate` for a run's tables)",
+    )
+
+
 class _Capped:
-    """A binary reader that raises :class:`DamagedFileError` after ``cap`` bytes (a gzip bomb)."""
+    """A binary reader that raises :class:`DamagedFileError` after ``cap`` bytes (a gzip bomb), or at the
+    first NUL byte, which no text table holds (a sparse or zeroed file reads as a table of none)."""
 
     def __init__(self, raw, cap: int, path):
         self.raw, self.cap, self.path, self.count = raw, cap, path, 0
 
-    def read(self, size: int = -1) -> bytes:
-        data = self.raw.read(self.cap + 1 - self.count if size is None or size < 0 else size)
+    def _counted(self, data: bytes) -> bytes:
         self.count += len(data)
         if self.count > self.cap:
             raise DamagedFileError(errno.EFBIG, f"{self.path} holds more than {self.cap:,} bytes of table")
+        if b"\0" in data:
+            raise damaged_table(self.path, "it holds NUL bytes, not text")
         return data
+
+    def read(self, size: int = -1) -> bytes:
+        return self._counted(self.raw.read(self.cap + 1 - self.count if size is None or size < 0 else size))
 
     def readable(self) -> bool:
         return True
@@ -231,22 +246,22 @@ class _Capped:
         return iter(self.readline, b"")
 
     def readline(self, size: int = -1) -> bytes:
-        line = self.raw.readline(self.cap + 1 - self.count)
-        self.count += len(line)
-        if self.count > self.cap:
-            raise DamagedFileError(errno.EFBIG, f"{self.path} holds more than {self.cap:,} bytes of table")
-        return line
+        return self._counted(self.raw.readline(self.cap + 1 - self.count))
 
 
-def read_table(path: str | os.PathLike, cap: int = MAX_TABLE_BYTES, **read_csv_options):
+def read_table(
+    path: str | os.PathLike, cap: int = MAX_TABLE_BYTES, numeric: tuple[str, ...] = (), **read_csv_options
+):
     """A CSV table (gzip-compressed when ``path`` ends with ``.gz``) as a pandas ``DataFrame``, read only
-    if it is a regular file of at most ``cap`` bytes, compressed and uncompressed.
+    if it is a regular file of at most ``cap`` bytes, compressed and uncompressed, of text (no NUL byte)
+    with at least one column; ``numeric``: the columns that must hold numbers where the table has them.
 
     Raises:
         FileNotFoundError: no such file.
         DamagedFileError: not a regular file, too big, or not a readable table (one line).
     """
     import gzip
+    import zlib
 
     import pandas as pd
 
@@ -254,12 +269,19 @@ def read_table(path: str | os.PathLike, cap: int = MAX_TABLE_BYTES, **read_csv_o
     with open_regular(path, cap) as file:
         raw = gzip.GzipFile(fileobj=file, mode="rb") if path.suffix == ".gz" else file
         try:
-            return pd.read_csv(_Capped(raw, cap, path), **read_csv_options)
+            table = pd.read_csv(_Capped(raw, cap, path), **read_csv_options)
         except DamagedFileError:
             raise
-        except (ValueError, OSError, EOFError, UnicodeDecodeError, pd.errors.ParserError) as error:
-            text = " ".join(str(error).split())[:200]
-            raise DamagedFileError(errno.EINVAL, f"{path} is not a readable table ({text})") from None
+        except (ValueError, OSError, EOFError, zlib.error, pd.errors.ParserError) as error:
+            # a UnicodeDecodeError and an empty file's EmptyDataError are ValueErrors; a damaged deflate
+            # stream is a zlib.error, a damaged gzip header a BadGzipFile (an OSError)
+            raise damaged_table(path, " ".join(str(error).split())[:200]) from None
+    for column in numeric:
+        if column in table and not pd.api.types.is_numeric_dtype(table[column]):
+            text = next((v for v in table[column] if isinstance(v, str)), None)
+            if text is not None:  # (an empty table's columns hold no text)
+                raise damaged_table(path, f"its column {column} holds {text[:40]!r}, not numbers")
+    return table
 
 
 def read_json(path: str | os.PathLike) -> dict | None:

@@ -156,8 +156,7 @@ def in_range(low: float, high: float, reason: str) -> Check:
 # (hidden 256, embedding 64, N 100, batch 128, 96 elements, 80 epochs) and far below what fails.
 MAX_WIDTH = 4096  # hidden, embedding and key sizes: a 4096-wide GRU holds 100 M weights (400 MB)
 WIDTH_REASON = "a layer's width; wider layers hold more weights than fit in memory"
-MAX_STEPS = 1000  # N, at training and evaluation: every step keeps its activations for the backward pass
-STEPS_REASON = "the most pondering steps; each step keeps its activations in memory"
+# N's maximum, MAX_STEPS, is declared where N is taught (pondernet_tutorial.halting): see check_steps.
 MAX_BATCH = 65536  # samples per batch: activations grow with batch x steps x width
 BATCH_REASON = "samples per batch; activations grow with batch x steps x width"
 MAX_ELEMENTS = (
@@ -199,12 +198,10 @@ def between(low: float, high: float, closed: str = "neither") -> Check:
 
 # ------------------------------------------------------------------ N, with its maximum
 def check_steps(value: int, name: str = "max_steps") -> int:
-    """N: a whole number >= 1 (:func:`pondernet_tutorial.halting.check_max_steps`, where N is taught) and
-    at most :data:`MAX_STEPS`."""
-    steps = import_path("pondernet_tutorial.halting:check_max_steps")(value, name)
-    if steps > MAX_STEPS:
-        raise ValueError(f"{name} must be <= {MAX_STEPS:,} ({STEPS_REASON}), got {value!r}.")
-    return steps
+    """N: a whole number from 1 to its maximum, checked where N and its maximum are taught
+    (:func:`pondernet_tutorial.halting.check_max_steps`, ``MAX_STEPS``), imported only when a value is
+    checked."""
+    return import_path("pondernet_tutorial.halting:check_max_steps")(value, name)
 
 
 # ------------------------------------------------------------------ defaults from the constructors

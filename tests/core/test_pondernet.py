@@ -11,11 +11,13 @@ import pytest
 import torch
 from torch import nn
 
-from pondernet_tutorial.halting import log_halting_distribution
+from pondernet_tutorial.halting import MAX_STEPS, log_halting_distribution
+from pondernet_tutorial.methods.act import ACT
 from pondernet_tutorial.methods.fixed import FixedSteps
 from pondernet_tutorial.methods.pondernet import PonderNet
 from pondernet_tutorial.steps.base import StepFunction
 from pondernet_tutorial.steps.mnist import MNISTStep
+from pondernet_tutorial.steps.parity import ParityStep
 
 
 def mnist_pondernet(max_steps=20, **kwargs):
@@ -214,3 +216,22 @@ def test_bad_inputs():
         mnist_pondernet(max_steps=5, eval_max_steps=3)
     with pytest.raises(TypeError, match="StepFunction"):
         PonderNet(nn.Linear(3, 3), 3)
+
+
+@pytest.mark.parametrize("method", [PonderNet, ACT, FixedSteps])
+@pytest.mark.parametrize(
+    "options", [{"max_steps": MAX_STEPS + 1}, {"max_steps": 3, "eval_max_steps": MAX_STEPS + 1}]
+)
+def test_a_step_count_above_the_maximum_is_refused_at_construction(method, options):
+    """Issue 39: ``PonderNet(ParityStep(16), max_steps=10**9)`` allocated a 4 GB prior before any check;
+    the constructor refuses N above MAX_STEPS, the command line's maximum, in one line."""
+    with pytest.raises(
+        ValueError, match=f"max_steps must be a whole number from 1 to {MAX_STEPS:,}"
+    ) as caught:
+        method(ParityStep(16), **options)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_billion_steps_is_refused_before_anything_is_allocated():
+    with pytest.raises(ValueError, match="max_steps must be a whole number from 1 to"):
+        PonderNet(ParityStep(16), max_steps=10**9)
