@@ -12,6 +12,9 @@ folder of its own, with a lock, a logger, records and resuming around it.
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping
@@ -48,6 +51,26 @@ class StopOnNonFinite(Callback):
             )
 
 
+def default_threads() -> int:
+    """The threads a training uses unless told: one on a machine of at most two cores, PyTorch's own
+    choice on a bigger one. On two cores PyTorch's two threads wait for each other whenever anything
+    else runs: beside two other trainings, 100 updates of a network the size of the own-model
+    chapter's took 1.5 to 2.1 s on one thread and 14 to 31 s on two (``benchmarks/threads.py``)."""
+    return 1 if (os.cpu_count() or 1) <= 2 else torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def training_threads(threads: int | None = None):
+    """PyTorch's intra-op threads set to ``threads`` (default :func:`default_threads`) within the
+    block, and the caller's number back after it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or default_threads())
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def mode(metric: str) -> str:
     """How ``ModelCheckpoint`` ranks epochs by ``metric``: a name ending in ``loss`` is minimised."""
     return "min" if metric.endswith("loss") else "max"
@@ -63,6 +86,7 @@ def fit(
     best: FolderCheckpoint | None = None,
     ckpt_path=None,
     callbacks=(),
+    threads: int | None = None,
     **trainer_options,
 ) -> tuple[L.Trainer, int]:
     """Train ``module`` on ``datamodule`` and load the weights of its best epoch into it (eval mode).
@@ -78,6 +102,8 @@ def fit(
             of the Trainer's); it trusts no path restored from ``ckpt_path``.
         ckpt_path: a Lightning checkpoint to continue from, as ``Trainer.fit`` takes it; read as data
             (:func:`~pondernet_tutorial.checkpointing.read_checkpoint_file`), as is the best epoch's file.
+        threads: PyTorch's threads while training (default :func:`default_threads`: one on a machine
+            of at most two cores); the caller's number comes back afterwards.
         callbacks, trainer_options: more callbacks, and any argument of ``lightning.Trainer``.
 
     Returns:
@@ -100,7 +126,8 @@ def fit(
         )
     plugins = [CheckedCheckpointIO(checkpoint_bound(module))]
     trainer = L.Trainer(max_epochs=max_epochs, callbacks=callbacks, plugins=plugins, **trainer_options)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    with training_threads(threads):
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     best_epoch = best.load_best(module)  # weights only, from the file that was checked
     module.cpu().eval()
     return trainer, trainer.current_epoch - 1 if best_epoch is None else best_epoch
