@@ -12,6 +12,7 @@ appends the scores to ``curve.csv``; the scores never select weights: a run ends
     python tools/paper_size.py OUT --cost 64:pondernet:0              # seconds per 10,000 updates
     python tools/paper_size.py OUT --quick                            # tests only: 2 epochs of 4 batches
     python tools/paper_size.py OUT --ship                             # the runs so far into the study
+    python tools/paper_size.py OUT --rescore                          # the shipped weights on fresh vectors
 
 Resumable across sittings: ``checkpoints/last.ckpt`` is written after every 1,000 updates with the
 weights, Adam's moments and step counts, the training batches' generator and the curve's clock, so a
@@ -28,6 +29,7 @@ run; ``metadata.json`` records which copy of the package ran.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -87,16 +89,16 @@ def run_config(n: int, method: str, seed: int, compile: bool | None = None) -> T
     )
 
 
-def score_sets(datamodule, vectors: int) -> dict[str, EvalSet]:
+def score_sets(datamodule, vectors: int, offset: int = 0) -> dict[str, EvalSet]:
     """The scored ranges: the training range (``seen``) and, where training leaves some out, the unseen
     range (``unseen``); ``vectors`` each, ``k`` uniform over the range, drawn once from a generator of
-    their own (the same vectors at every point of the curve)."""
+    their own (the same vectors at every point of the curve; ``offset``: other, fresh vectors)."""
     ranges = {"seen": datamodule.train_k}
     if tuple(datamodule.test_k) != tuple(datamodule.train_k):
         ranges["unseen"] = datamodule.test_k
     sets = {}
     for name, k_range in ranges.items():
-        generator = torch.Generator().manual_seed(SCORE_SEED + datamodule.n_elements + k_range[0])
+        generator = torch.Generator().manual_seed(SCORE_SEED + offset + datamodule.n_elements + k_range[0])
         inputs, labels, k = datamodule.draw(vectors, tuple(k_range), generator)
         sets[name] = EvalSet(name, inputs, labels, per_sample={"k": k})
     return sets
@@ -284,6 +286,30 @@ def ship(out: Path, destination: Path) -> pd.DataFrame:
     return runs
 
 
+def rescore(study: Path, vectors: int = VECTORS, seed: int = 1) -> pd.DataFrame:
+    """Each shipped run's weights scored again on ``vectors`` fresh vectors per range (drawn from a
+    generator of another seed than the curve's, with other coins) and compared with the shipped last
+    point: agreement is a difference within 3 standard errors of the two shares combined."""
+    runs, rows = read_table(study / "runs.csv"), []
+    for _, run in runs.iterrows():
+        n, method, seed_run = int(run["size"]), str(run["method"]), int(run["seed"])
+        module = load_model(study / "weights" / f"{n}-{method}-seed{seed_run}.safetensors")
+        datamodule = make_datamodule(run_config(n, method, seed_run, compile=False))
+        for name, eval_set in score_sets(datamodule, vectors, offset=seed * 1_000_003).items():
+            per_sample, _ = evaluate_set(module, eval_set, seed=seed)
+            fresh = float((per_sample.label == per_sample.prediction).mean())
+            shipped, count = float(run[f"{name}_accuracy"]), int(run[f"{name}_n"])
+            se = math.sqrt(fresh * (1 - fresh) / len(per_sample) + shipped * (1 - shipped) / count)
+            rows.append(
+                {"size": n, "method": method, "seed": seed_run, "range": name, "shipped": shipped,
+                 "fresh": fresh, "difference_in_se": (fresh - shipped) / se if se else 0.0}
+            )  # fmt: skip
+    table = pd.DataFrame(rows)
+    table["agrees"] = table["difference_in_se"].abs() <= 3
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    return table
+
+
 def cost(spec: str, out: Path, batches: int = 300) -> None:
     """Seconds per 10,000 updates of one run's training step (no scoring), from the median of three
     epochs of ``batches`` updates after one epoch that compiles; written to ``out/cost.json``."""
@@ -320,6 +346,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--runs", nargs="+", default=list(RUNS), help="SIZE:METHOD:SEED, e.g. 96:act:1")
+    parser.add_argument(
+        "--rescore",
+        nargs="?",
+        const=PRETRAINED_DIR / "studies" / STUDY,
+        type=Path,
+        metavar="DIR",
+        help="score the shipped weights again on fresh vectors and compare with the shipped last points",
+    )
     parser.add_argument("--cost", action="store_true", help="time the training step of each run instead")
     parser.add_argument("--quick", action="store_true", help="tests only: 2 epochs of 4 batches")
     parser.add_argument(
@@ -339,6 +373,8 @@ def main(argv=None) -> int:
     if args.ship:
         ship(args.out, args.ship)
         return 0
+    if args.rescore:
+        return 0 if rescore(args.rescore)["agrees"].all() else 1
     for run in args.runs:
         try:
             with quiet_lightning():

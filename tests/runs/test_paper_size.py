@@ -112,3 +112,16 @@ def test_ship_writes_each_runs_last_weights_and_marks_an_unfinished_run(tmp_path
             assert (per_sample.label == per_sample.prediction).mean() == pytest.approx(
                 end[f"{name}_accuracy"]
             )
+
+
+def test_rescore_compares_the_shipped_weights_on_fresh_vectors_within_3_standard_errors(tmp_path, capsys):
+    out, study = tmp_path / "runs", tmp_path / "study"
+    paper_size.main([str(out), "--quick", "--runs", "96:pondernet:0"])
+    paper_size.main([str(out), "--ship", str(study)])
+    table = paper_size.rescore(study, vectors=2000)
+    assert list(table["range"]) == ["seen", "unseen"] and table["agrees"].all()
+    assert (table["fresh"] != table["shipped"]).any()  # other vectors: not the same count to the digit
+    runs = pd.read_csv(study / "runs.csv")
+    runs["seen_accuracy"] = 1.0  # a shipped point that its weights do not give
+    runs.to_csv(study / "runs.csv", index=False)
+    assert paper_size.main([str(out), "--rescore", str(study)]) == 1
