@@ -13,6 +13,8 @@ label) and writes, for each notebook, a copy in which
   cell above it (``show()`` displays it there);
 * ``{doc}`` and ``{ref}`` are Markdown links to the published pages, ``{cite}`` is author-year text
   linked to the bibliography;
+* the install line of the first code cell installs the package at the commit the copy was built
+  from (``@<commit>``, not ``@main``, which may have moved on from the outputs the copy shows);
 * a ``literalinclude`` is the code it includes, a dropdown ``admonition`` a ``<details>`` block,
   and a ``(label)=`` target is dropped; so are the Markdown cells tagged ``remove-cell`` (the badge
   that opens this very copy) and the glued values' own outputs (MIME types no front end shows).
@@ -22,7 +24,7 @@ workflow pushes the copies to the ``colab`` branch, which the Colab badges and l
 CI writes them from its own build and fails (exit status 1) on any MyST role, directive or label
 left in a Markdown cell, on a glued value that is missing, and on a glued figure that no cell displays.
 
-    python tools/colab_copies.py _build OUT [--base-url URL]
+    python tools/colab_copies.py _build OUT [--base-url URL] [--commit SHA]
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ TARGET = re.compile(r"^\([\w:-]+\)=[ \t]*\n", re.MULTILINE)
 LEFTOVER = re.compile(
     r"\{glue|\{doc\}|\{ref\}|\{cite|\{[\w:-]+\}`|^\s*(?:`{3,}|:{3,})\{|^\([\w:-]+\)=", re.MULTILINE
 )
+
+
+# The notebooks' Colab install line (tools/pin_colab_install.py keeps the source's ref at a branch)
+INSTALL = re.compile(r"(pondernet_tutorial @ git\+https://github\.com/[\w.-]+/[\w.-]+?)(?:@[\w./-]+)?(?=\")")
 
 
 class CopyError(Exception):
@@ -204,8 +210,11 @@ def convert_directives(text: str, source_dir: Path, figure_caption) -> str:
     return "".join(out)
 
 
-def colab_copy(executed: dict, docname: str, resolver: Resolver, source_dir: Path) -> tuple[dict, list]:
-    """The Colab copy of one executed notebook, and the faults found in it."""
+def colab_copy(
+    executed: dict, docname: str, resolver: Resolver, source_dir: Path, commit: str | None = None
+) -> tuple[dict, list]:
+    """The Colab copy of one executed notebook, and the faults found in it; ``commit``: the commit its
+    install line installs (the one the copy was built from)."""
     values, glued_by = glued_values(executed)
     faults = []
 
@@ -260,6 +269,9 @@ def colab_copy(executed: dict, docname: str, resolver: Resolver, source_dir: Pat
                 faults.append(f"cell {index}: MyST markup left: {text.splitlines()[line].strip()!r}")
             cell["source"] = text.strip("\n")
         elif cell["cell_type"] == "code":
+            source = "".join(cell["source"])
+            if commit and INSTALL.search(source):
+                cell["source"] = INSTALL.sub(lambda m: f"{m.group(1)}@{commit}", source)
             cell["outputs"] = [
                 o for o in cell.get("outputs", []) if not o.get("metadata", {}).get("scrapbook")
             ]
@@ -273,6 +285,7 @@ def main(argv=None) -> int:
     parser.add_argument("build", type=Path, help="the book's build folder (_build)")
     parser.add_argument("out", type=Path, help="where to write the copies (book/<name>.ipynb)")
     parser.add_argument("--base-url", help="the published book (default: from _config.yml's repository)")
+    parser.add_argument("--commit", help="the commit the copies install (default: this checkout's HEAD)")
     args = parser.parse_args(argv)
     try:
         base = args.base_url or book_url(ROOT / "_config.yml")
@@ -282,8 +295,20 @@ def main(argv=None) -> int:
     except CopyError as error:
         print(error, file=sys.stderr)
         return 2
+    import subprocess
+
     import nbformat
     from jupyter_cache import get_cache
+
+    commit = (
+        args.commit
+        or subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+    )
+    if not re.fullmatch(r"[0-9a-f]{7,40}", commit or ""):
+        print(f"no commit to pin the install lines to ({commit!r}): pass --commit SHA", file=sys.stderr)
+        return 2
 
     cache = get_cache(str(args.build / ".jupyter_cache"))
     sources = sorted((ROOT / "book").glob("*.ipynb"))
@@ -300,7 +325,7 @@ def main(argv=None) -> int:
             failed = True
             continue
         executed = json.loads(nbformat.writes(executed))
-        copy, faults = colab_copy(executed, docname, resolver, source.parent)
+        copy, faults = colab_copy(executed, docname, resolver, source.parent, commit)
         for fault in faults:
             print(f"{docname}.ipynb: {fault}", file=sys.stderr)
         failed |= bool(faults)

@@ -140,3 +140,13 @@ def test_the_colab_button_opens_the_colab_branch():
         == "https://colab.research.google.com/github/o/r/blob/colab/book/nb.ipynb"
     )
     assert buttons.colab_copy_url("https://mybinder.org/v2/gh/o/r/main", "main").endswith("/main")
+
+
+def test_the_install_line_installs_the_commit_the_copy_was_built_from():
+    """Before: every copy installed @main, which may have moved on from the outputs the copy shows."""
+    install = '%pip install -q "pondernet_tutorial @ git+https://github.com/owner/repo@main"\n'
+    executed = notebook("text")
+    executed["cells"].insert(0, {"cell_type": "code", "metadata": {}, "source": install, "outputs": []})
+    copy, faults = tool.colab_copy(executed, "book/nb", resolver(), ROOT / "book", commit="0123abc")
+    assert not faults
+    assert copy["cells"][0]["source"] == install.replace("@main", "@0123abc")
