@@ -12,15 +12,13 @@ folder of its own, with a lock, a logger, records and resuming around it.
 
 from __future__ import annotations
 
-import contextlib
-import os
-
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping
 
 from .checkpointing import CheckedCheckpointIO, FolderCheckpoint, checkpoint_bound
 from .lightning_module import PonderLitModule
+from .threads import training_threads
 
 MAX_EPOCHS = 100_000  # an epoch count past this is a typo, not a training
 
@@ -49,26 +47,6 @@ class StopOnNonFinite(Callback):
                 f"saved: lower the learning rate (lr={pl_module.hparams.get('lr')}) or clip the gradients "
                 "(the Trainer's gradient_clip_val; --grad-clip on the command line)."
             )
-
-
-def default_threads() -> int:
-    """The threads a training uses unless told: one on a machine of at most two cores, PyTorch's own
-    choice on a bigger one. On two cores PyTorch's two threads wait for each other whenever anything
-    else runs: beside two other trainings, 100 updates of a network the size of the own-model
-    chapter's took 1.5 to 2.1 s on one thread and 14 to 31 s on two (``benchmarks/threads.py``)."""
-    return 1 if (os.cpu_count() or 1) <= 2 else torch.get_num_threads()
-
-
-@contextlib.contextmanager
-def training_threads(threads: int | None = None):
-    """PyTorch's intra-op threads set to ``threads`` (default :func:`default_threads`) within the
-    block, and the caller's number back after it."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads or default_threads())
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def mode(metric: str) -> str:
@@ -102,8 +80,9 @@ def fit(
             of the Trainer's); it trusts no path restored from ``ckpt_path``.
         ckpt_path: a Lightning checkpoint to continue from, as ``Trainer.fit`` takes it; read as data
             (:func:`~pondernet_tutorial.checkpointing.read_checkpoint_file`), as is the best epoch's file.
-        threads: PyTorch's threads while training (default :func:`default_threads`: one on a machine
-            of at most two cores); the caller's number comes back afterwards.
+        threads: PyTorch's threads while training (default
+            :func:`~pondernet_tutorial.threads.default_threads`: one on a machine of at most two
+            cores); the caller's number comes back afterwards.
         callbacks, trainer_options: more callbacks, and any argument of ``lightning.Trainer``.
 
     Returns:

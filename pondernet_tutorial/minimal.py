@@ -71,15 +71,17 @@ def sample_halting_step(z, generator=None):  # z (N, B) -> T (B,)
 def train_on_parity(model, updates, lr=3e-3, beta=0.01, generator=None):
     """Adam on fresh parity batches of 128; each update's loss."""
     from .data.parity import parity_batch
+    from .threads import training_threads
 
     n = model.cell.input_size  # entries per vector
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
-    for _ in range(updates):
-        x, y, _ = parity_batch(128, n, (1, n), generator)
-        loss = ponder_loss(*model(x), y, beta=beta)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    with training_threads():  # one thread on two cores: the two would wait for each other
+        for _ in range(updates):
+            x, y, _ = parity_batch(128, n, (1, n), generator)
+            loss = ponder_loss(*model(x), y, beta=beta)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
     return losses

@@ -27,6 +27,7 @@ import pondernet_tutorial
 PACKAGE = Path(pondernet_tutorial.__file__).resolve().parent
 ROOT = PACKAGE.parent
 CORE = (
+    "threads",
     "untrusted",
     "checkpointing",
     "minimal",
