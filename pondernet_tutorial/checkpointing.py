@@ -73,7 +73,7 @@ def read_checkpoint_file(path, max_bytes: int) -> dict:
 
 class CheckedCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint input and output, with every load made by :func:`read_checkpoint_file`
-    (saves are Lightning's own: written whole, then moved into place)."""
+    (saves are Lightning's own; the run machinery's subclass writes them whole beside their file)."""
 
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes

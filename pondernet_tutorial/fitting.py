@@ -65,6 +65,7 @@ def fit(
     ckpt_path=None,
     callbacks=(),
     threads: int | None = None,
+    checkpoint_io: CheckedCheckpointIO | None = None,
     **trainer_options,
 ) -> tuple[L.Trainer, int]:
     """Train ``module`` on ``datamodule`` and load the weights of its best epoch into it (eval mode).
@@ -83,6 +84,8 @@ def fit(
         threads: PyTorch's threads while training (default
             :func:`~pondernet_tutorial.threads.default_threads`: one on a machine of at most two
             cores); the caller's number comes back afterwards.
+        checkpoint_io: how Lightning reads and writes the checkpoints (default: a
+            :class:`~pondernet_tutorial.checkpointing.CheckedCheckpointIO` bounded by the module's size).
         callbacks, trainer_options: more callbacks, and any argument of ``lightning.Trainer``.
 
     Returns:
@@ -103,7 +106,7 @@ def fit(
                 "val/acc", mode="max", patience=patience or max_epochs, stopping_threshold=stop_at_val_acc
             )
         )
-    plugins = [CheckedCheckpointIO(checkpoint_bound(module))]
+    plugins = [checkpoint_io or CheckedCheckpointIO(checkpoint_bound(module))]
     trainer = L.Trainer(max_epochs=max_epochs, callbacks=callbacks, plugins=plugins, **trainer_options)
     with training_threads(threads):
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)

@@ -45,6 +45,7 @@ from .config import (
 from .files import DamagedFileError, atomic_file, open_regular, read_json
 from .module import RunModule
 from .options import MAX_PARAMETERS, METHOD_OPTIONS, PARAMETERS_REASON, STEP_OPTIONS, check_steps
+from .processes import command_name
 from .registry import LOSSES, METHODS, STEPS, UnregisteredComponentError, check_registered, is_plain
 
 FORMAT = "pondernet_tutorial/weights-v3"
@@ -272,9 +273,7 @@ def load_model(
     """
     path = Path(path)
     if not os.path.lexists(path):
-        raise CheckpointError(
-            f"no model file at {path}; train one with `python -m pondernet_tutorial train`."
-        )
+        raise CheckpointError(f"no model file at {path}; train one with `{command_name()} train`.")
     hparams, state = _read_weights(path)
     unknown = sorted(set(hparams) - _accepted_hparams())
     if unknown:
@@ -379,7 +378,7 @@ def load_pretrained(
         have = sorted({f"{r['experiment']}/{r['variant']}" for r in available_pretrained()})
         raise CheckpointError(
             f"no shipped model {experiment}/{config.variant} for seed {seed}; shipped: "
-            f"{', '.join(have) or 'none'}. Train it with `python -m pondernet_tutorial reproduce`."
+            f"{', '.join(have) or 'none'}. Train it with `{command_name()} reproduce`."
         )
     metadata = _shipped_metadata(folder)
     try:

@@ -22,6 +22,7 @@ from .config import (
 )
 from .config import option as declared_option
 from .options import METHOD_OPTIONS, Option, at_least
+from .processes import command_name
 from .registry import EXPERIMENTS, METHODS, STEPS, get_experiment
 
 # evaluate --pretrained names a shipped run by the options that name it in train (--tau, --lambda-p, ...)
@@ -151,7 +152,7 @@ def shipped_runs() -> dict[str, dict[str, list[int]]]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
-        prog="python -m pondernet_tutorial",
+        prog=command_name(),
         description="Train and evaluate PonderNet, ACT and fixed-step networks on MNIST and parity, and "
         "reproduce the book's results.",
     )
@@ -280,9 +281,23 @@ def main(argv=None) -> int:
 
         if not is_write_refusal(error):
             raise
-        line = error if isinstance(error, WriteFailedError) else write_failed(error, whole=False)
+        if isinstance(error, WriteFailedError):
+            line = error
+        else:  # a write that names no file (Lightning's, a library's): the folder the user chose
+            line = write_failed(error, error.filename or _destination(args), whole=False)
         print(f"error: {line}", file=sys.stderr)
         return 1
+
+
+def _destination(args) -> str:
+    """Where the command writes, as the user gave it: the output folder, or evaluate's --output."""
+    if args.command == "evaluate":
+        return args.output or os.path.dirname(args.checkpoint or "") or os.curdir
+    if getattr(args, "ship", False):
+        from .config import PRETRAINED_DIR
+
+        return str(PRETRAINED_DIR)
+    return getattr(args, "output_dir", None) or TrainConfig().output_dir
 
 
 def _interrupted_line(args, error) -> str:
@@ -388,8 +403,8 @@ def _run(args) -> int:
                 args.ship,
                 **common,
             )
-    except errors as error:
-        raise UserError(str(error)) from error
+    except errors as error:  # in the command line's words (--overwrite, not overwrite=True) where they differ
+        raise UserError(getattr(error, "command_line", None) or str(error)) from error
     except (MemoryError, RuntimeError) as error:  # the allocator's refusal: one line, no traceback
         text = " ".join(str(error).split())
         if not isinstance(error, MemoryError) and not any(
@@ -425,6 +440,11 @@ def _evaluate(args) -> None:
             raise UserError(
                 "--checkpoint is empty: give the model.safetensors of a run "
                 "(<output dir>/<experiment>/<variant>/seed<k>/model.safetensors)."
+            )
+        if not os.path.lexists(args.checkpoint):  # said before the metadata.json that lies beside it
+            raise UserError(
+                f"no model file at {args.checkpoint}; give the model.safetensors of a run, or train one "
+                f"with `{command_name()} train`."
             )
         recorded = _recorded_experiment(Path(args.checkpoint))
         experiment_name = args.experiment or recorded

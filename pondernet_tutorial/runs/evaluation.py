@@ -23,6 +23,7 @@ from ..losses import per_sample_loss
 from .config import WEIGHTS, TrainConfig, identity_differences
 from .difficulty import spearman
 from .files import folder_lock, read_json, read_table, write_csv, write_json
+from .processes import command_name
 
 EVAL_FORMAT = "pondernet_tutorial/evaluation-v3"
 RUN_TABLES = ("summary.csv", "per_step.csv", "per_class.csv")
@@ -308,7 +309,7 @@ def evaluate_halting(
         if not tables_up_to_date(config, limit, seed) or not (run_dir / "per_sample.csv.gz").is_file():
             raise FileNotFoundError(
                 f"{run_dir} has no up-to-date evaluation with its per-sample table: evaluate it first "
-                "(`python -m pondernet_tutorial reproduce --reevaluate`)."
+                f"(`{command_name()} reproduce --reevaluate`)."
             )
         datamodule, record = _datamodule_and_record(config, limit, seed, None)
         module = module if module is not None else load_model(run_dir / WEIGHTS, config=config)

@@ -23,6 +23,18 @@ PARENT_VARIABLE = "PONDERNET_PARENT_PID"  # the process whose children must end 
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID")
 
 
+CONSOLE_SCRIPT = "pondernet-tutorial"  # pyproject.toml's [project.scripts]
+
+
+def command_name() -> str:
+    """The command line as the user typed it, for messages: ``pondernet-tutorial`` when this process is
+    the console script, else ``python -m pondernet_tutorial``."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if os.path.splitext(name)[0] == CONSOLE_SCRIPT:  # (pondernet-tutorial.exe on Windows)
+        return CONSOLE_SCRIPT
+    return "python -m pondernet_tutorial"
+
+
 def is_rank_zero() -> bool:
     """True unless this process is another rank than 0 of a multi-process run (from the environment
     that Lightning, torchrun or SLURM set)."""

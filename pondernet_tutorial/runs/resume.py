@@ -22,10 +22,10 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from ..checkpointing import read_checkpoint_file
+from ..checkpointing import CheckedCheckpointIO, read_checkpoint_file
 from ..untrusted import CheckpointError
 from .config import WEIGHTS, TrainConfig, _plain, identity_differences
-from .files import read_json
+from .files import atomic_file, read_json
 from .options import MAX_PARAMETERS
 from .processes import is_rank_zero
 
@@ -58,6 +58,19 @@ def read_checkpoint(path, folder) -> dict:
     return read_checkpoint_file(path, MAX_CHECKPOINT_BYTES)
 
 
+class RunCheckpointIO(CheckedCheckpointIO):
+    """The checkpoints of a run, read as :class:`~pondernet_tutorial.checkpointing.CheckedCheckpointIO`
+    reads them, and each written whole beside its file (:func:`~.files.atomic_file`), not staged in
+    ``$TMPDIR`` as Lightning's are: a full disk is reported with the checkpoint's own name and its
+    disk's free space, and a kill mid-write leaves the old checkpoint."""
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__}.save_checkpoint takes no storage_options.")
+        with atomic_file(path, "wb") as handle:
+            torch.save(checkpoint, handle)
+
+
 RESUME_FILE = (
     "resume.json"  # the identity of the run being trained in a folder, until its model file is written
 )
@@ -66,6 +79,8 @@ RESUME_FILE = (
 # final save (both written again whole when it ends; nothing is read from them)
 UNFINISHED = {"checkpoints", "logs", RESUME_FILE, "history.csv", "metadata.json"}
 CHECKPOINT_NAME = re.compile(r"(best|last)(-v\d+)?\.ckpt")
+# one of them being written whole (files.atomic_file) when its process was killed: removed by the next write
+CHECKPOINT_TEMP = re.compile(r"\.(best|last)(-v\d+)?\.ckpt\.\d+-[0-9a-f]+\.tmp")
 MAX_ENTRIES = 10_000  # files in an unfinished run's folder: a few checkpoints and log files
 
 
@@ -114,7 +129,7 @@ def _check_unfinished_folder(run_dir: Path) -> None:
                 and len(relative.parts) > 1
                 and not (
                     len(relative.parts) == 2
-                    and CHECKPOINT_NAME.fullmatch(name)
+                    and (CHECKPOINT_NAME.fullmatch(name) or CHECKPOINT_TEMP.fullmatch(name))
                     and stat.S_ISREG(info.st_mode)
                 )
             ):

@@ -45,7 +45,7 @@ from .config import (
 )
 from .files import folder_lock, read_json, read_table, write_csv, write_json
 from .options import METHOD_OPTIONS
-from .processes import Interrupted, check_jobs, is_rank_zero, stop_on_signals
+from .processes import Interrupted, check_jobs, command_name, is_rank_zero, stop_on_signals
 
 if TYPE_CHECKING:  # pandas is imported where it is used: listing the studies stays light
     import pandas as pd
@@ -544,7 +544,7 @@ def load_study(name: str, root: str | Path | None = None) -> dict[str, pd.DataFr
     folder = Path(root or PRETRAINED_DIR) / "studies" / name
     if not folder.is_dir():
         raise FileNotFoundError(
-            f"no tables of study {name!r} in {folder.parent}: run `python -m pondernet_tutorial reproduce "
+            f"no tables of study {name!r} in {folder.parent}: run `{command_name()} reproduce "
             f"--study {name}`."
         )
     names = ("runs", "summary", "per_step", "per_class", "per_angle", "halting", "continued")
@@ -552,7 +552,7 @@ def load_study(name: str, root: str | Path | None = None) -> dict[str, pd.DataFr
     if record is None:
         raise FileNotFoundError(
             f"the tables of study {name!r} in {folder.parent} are incomplete (no readable study.json): run "
-            f"`python -m pondernet_tutorial reproduce --study {name}` again."
+            f"`{command_name()} reproduce --study {name}` again."
         )
     tables = {t: read_table(folder / f"{t}.csv") for t in names if os.path.lexists(folder / f"{t}.csv")}
     tables["study"] = record

@@ -30,16 +30,25 @@ import pandas as pd
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from ..checkpointing import FolderCheckpoint
+from ..checkpointing import FolderCheckpoint, checkpoint_bound
 from ..fitting import fit, mode
 from .build import make_datamodule, make_module, use_cuda_graph
 from .checkpoints import CheckpointError, save_weights
 from .config import WEIGHTS, TrainConfig, check_same_identity
 from .cuda_graph import GraphedPonderLitModule
-from .files import check_unlocked, folder_lock, read_json, write_csv, write_json
+from .files import (
+    WriteFailedError,
+    check_unlocked,
+    folder_lock,
+    is_write_refusal,
+    read_json,
+    write_csv,
+    write_failed,
+    write_json,
+)
 from .module import RunModule
 from .processes import end_with_parent, is_rank_zero, mark_parent, stop_on_signals
-from .resume import BEST, LAST, RESUME_FILE, cannot_continue, last_checkpoint, resumable
+from .resume import BEST, LAST, RESUME_FILE, RunCheckpointIO, cannot_continue, last_checkpoint, resumable
 
 # Paths of the machine that trained a run: never recorded in its metadata (results are shared).
 MACHINE_FIELDS = ("data_dir", "output_dir")
@@ -305,7 +314,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
     if not wait:
         check_unlocked(run_dir, doing="training it")  # say so before anything is built
     if not overwrite and is_rank_zero() and completed_run(run_dir, config) is not None:
-        raise FileExistsError(f"{run_dir} already holds this trained run; pass overwrite=True (--overwrite).")
+        raise RunExistsError(run_dir, "already holds this trained run")
     check_logger_available(config.logger)
 
     def prepare():  # the same draws every time: the seed first, then the data module and the weights
@@ -320,9 +329,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
         resume = not overwrite and resumable(run_dir, config, datamodule, module)
         if is_rank_zero():  # the other ranks of a DDP run join rank 0's training and write nothing
             if not overwrite and completed_run(run_dir, config, warn=False) is not None:
-                raise FileExistsError(
-                    f"{run_dir} was trained meanwhile by another process; pass --overwrite."
-                )
+                raise RunExistsError(run_dir, "was trained meanwhile by another process")
         start = time.perf_counter()
         while True:
             if is_rank_zero():
@@ -331,7 +338,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
                 run_dir.mkdir(parents=True, exist_ok=True)
                 write_json(run_dir / RESUME_FILE, {"identity": config.identity()})
                 mark_parent()  # the ranks that fit() starts end with this process
-            history = History()
+            history, logger = History(), None
             try:
                 checkpoints = run_dir / "checkpoints"
                 trainer, best_epoch = fit(
@@ -348,11 +355,17 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
                     # last.ckpt after every epoch (not save_last=True: Lightning then writes it only
                     # in the epochs that improve the best): what a resumed run reads
                     callbacks=[FolderCheckpoint(checkpoints, LAST, enable_version_counter=False), history],
-                    logger=make_logger(config, run_dir / "logs"),
+                    logger=(logger := make_logger(config, run_dir / "logs")),
+                    checkpoint_io=RunCheckpointIO(checkpoint_bound(module)),
                     **trainer_options(config),
                 )
                 break
             except Exception as error:  # restoring the unfinished run failed: trained again, from scratch
+                if is_write_refusal(error) and not isinstance(error, WriteFailedError):
+                    # the logger's own write (no file name in the error): name its file in the run folder
+                    raise write_failed(
+                        error, error.filename or _log_file(logger, run_dir / "logs"), whole=False
+                    ) from None
                 if not resume or history.started:
                     raise
                 cannot_continue(run_dir, error)
@@ -400,6 +413,22 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
         (run_dir / RESUME_FILE).unlink(missing_ok=True)
         return module, metadata
+
+
+class RunExistsError(FileExistsError):
+    """The run folder holds a finished run: one line that says to pass ``overwrite=True``;
+    :attr:`command_line` says it in the command line's words (``--overwrite``)."""
+
+    def __init__(self, run_dir: Path, why: str):
+        super().__init__(f"{run_dir} {why}; pass overwrite=True to train it again.")
+        self.command_line = f"{run_dir} {why}; pass --overwrite to train it again."
+
+
+def _log_file(logger, folder: Path) -> Path:
+    """The file that ``logger`` writes in ``folder`` (the csv logger's metrics.csv), else the folder."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    return folder / "metrics.csv" if isinstance(logger, CSVLogger) else folder
 
 
 def check_inside(run_dir: Path, output_dir) -> None:

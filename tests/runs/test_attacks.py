@@ -8,6 +8,8 @@ import errno
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -631,3 +633,80 @@ def test_a_refusal_outside_the_package_writes_is_one_line_too(tmp_path, monkeypa
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: could not use {tmp_path / 'logs' / 'metrics.csv'}")
     assert "MiB free" in err[0] and "Traceback" not in err[0]
+
+
+# A full disk names the file the user chose, never a staging file in $TMPDIR, never "could not use ."
+
+FULL_DISK = """
+import resource, signal, sys
+import lightning, torch  # noqa: F401 (imported before the limit)
+from pondernet_tutorial.runs.cli import main
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as Python does
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_a_file_size_limit_while_checkpointing_names_the_checkpoint_not_a_staging_file(tmp_path):
+    """Files of at most 16 KiB (RLIMIT_FSIZE): the logs, resume.json and metadata fit, Lightning's
+    checkpoints do not. Before: Lightning staged each checkpoint in $TMPDIR (fsspec's transaction) and the
+    line said 'could not use . (File too large; ...)'."""
+    staging, out = tmp_path / "staging", tmp_path / "runs"
+    staging.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(16 * 2**10), "train", *map(str, TINY_ARGS)]
+        + ["--output-dir", str(out)],
+        capture_output=True,
+        text=True,
+        env=test_faults.env(TMPDIR=str(staging)),
+        timeout=240,
+    )
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[-1].startswith(f"error: could not write {out}") and "MiB free" in lines[-1], lines[-1]
+    assert "/checkpoints/" in lines[-1] and lines[-1].split(" (")[0].endswith(".ckpt"), lines[-1]
+    assert str(staging) not in lines[-1] and "could not use ." not in lines[-1]
+    assert list(staging.iterdir()) == [] and leftovers(tmp_path) == []
+
+
+def test_a_logger_write_that_names_no_file_names_its_file_in_the_run_folder(tmp_path, monkeypatch, capsys):
+    """Lightning's csv logger hits the full disk: its OSError names no file. Before: 'could not use .'."""
+    from lightning.fabric.loggers import csv_logs
+
+    def refuse(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(csv_logs._ExperimentWriter, "save", refuse)
+    assert cli.main(["train", *map(str, TINY_ARGS), "--output-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    metrics = test_faults.tiny(tmp_path).run_dir / "logs" / "metrics.csv"
+    assert err[-1].startswith(f"error: could not use {metrics} (No space left on device; "), err[-1]
+    assert "MiB free" in err[-1] and leftovers(tmp_path) == []
+
+
+def test_a_refusal_that_names_no_file_names_the_output_folder(tmp_path, monkeypatch, capsys):
+    """A write refusal with no file name anywhere else: the folder the user chose (before: '.')."""
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.EFBIG, "File too large")
+
+    monkeypatch.setattr(training, "train", refuse)
+    assert cli.main(["train", *map(str, TINY_ARGS), "--output-dir", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: could not use {tmp_path / 'out'} (File too large; ")
+    assert "MiB free" in err[0]
+
+
+def test_a_checkpoint_left_half_written_by_a_killed_process_keeps_the_run_resumable(tmp_path):
+    """Lightning's checkpoints are now written whole beside their name (.last.ckpt.<pid>-<hex>.tmp, not
+    in $TMPDIR): one left by a killed process is a file of an unfinished run, not a stranger."""
+    from pondernet_tutorial.runs.resume import _check_unfinished_folder
+
+    checkpoints = tmp_path / "run" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "last.ckpt").write_bytes(b"x")
+    (checkpoints / ".last.ckpt.999999999-0a1b2c3d.tmp").write_bytes(b"x")
+    _check_unfinished_folder(tmp_path / "run")  # raises CheckpointError for a stranger
+    (checkpoints / ".other.ckpt.1-0a.tmp").write_bytes(b"x")
+    with pytest.raises(CheckpointError, match="not a checkpoint of the run"):
+        _check_unfinished_folder(tmp_path / "run")

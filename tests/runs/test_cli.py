@@ -64,7 +64,7 @@ def test_a_user_error_exits_with_status_2_and_one_line():
             ["evaluate", "--checkpoint", "nowhere/model.safetensors", "--experiment", "mnist-interpolation"],
             "no model file at",
         ),
-        (["evaluate", "--checkpoint", "nowhere/model.safetensors"], "--experiment"),
+        (["evaluate", "--checkpoint", "nowhere/model.safetensors"], "no model file at"),
         (
             ["evaluate", "--pretrained", "parity-interpolation", "--method", "fixed", "--seed", "99"],
             "no shipped model",
@@ -357,3 +357,64 @@ def test_list_writes_a_dictionary_option_with_its_equals_signs(capsys):
     shipped = capsys.readouterr().out.split("shipped runs with weights:")[1]
     assert "step_options=(exit_feature=false,n_slots=32)" in shipped
     assert "featurefalse" not in shipped
+
+
+def test_a_missing_checkpoint_is_reported_before_its_missing_metadata(tmp_path, capsys):
+    """A --checkpoint that is not there: its missing model file first, not the metadata.json beside it
+    (before: 'no readable metadata.json beside ...: say which experiment it is with --experiment')."""
+    missing = tmp_path / "run" / WEIGHTS
+    assert main(["evaluate", "--checkpoint", str(missing)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        f"error: no model file at {missing}; give the model.safetensors of a run, or train one "
+        "with `python -m pondernet_tutorial train`."
+    ]
+    missing.parent.mkdir()
+    missing.write_bytes(b"")  # a model file with no metadata.json beside it: --experiment is asked for
+    assert main(["evaluate", "--checkpoint", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "no readable metadata.json" in err and "--experiment" in err
+
+
+@pytest.mark.parametrize(
+    "argv0, command",
+    [
+        ("/venv/bin/pondernet-tutorial", "pondernet-tutorial"),
+        ("/src/pondernet_tutorial/__main__.py", "python -m pondernet_tutorial"),
+    ],
+)
+def test_messages_name_the_command_as_it_was_typed(argv0, command, tmp_path, monkeypatch, capsys):
+    """The console script's user reads `pondernet-tutorial ...`, not `python -m pondernet_tutorial ...`
+    (before: every message and the usage line said `python -m pondernet_tutorial`)."""
+    from pondernet_tutorial.runs.studies import load_study
+
+    monkeypatch.setattr(sys, "argv", [argv0])
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert capsys.readouterr().out.startswith(f"usage: {command} ")
+    assert main(["evaluate", "--checkpoint", str(tmp_path / WEIGHTS)]) == 2
+    assert f"`{command} train`" in capsys.readouterr().err
+    with pytest.raises(FileNotFoundError, match=f"run `{command} reproduce --study nothing`"):
+        load_study("nothing", tmp_path)
+    wrong = "python -m pondernet_tutorial" if command == "pondernet-tutorial" else "pondernet-tutorial"
+    assert main(["evaluate", "--checkpoint", str(tmp_path / WEIGHTS)]) == 2
+    assert wrong not in capsys.readouterr().err
+
+
+def test_a_finished_run_says_overwrite_in_the_callers_words(tmp_path, capsys):
+    """Python: pass overwrite=True; the command line: pass --overwrite (before: 'pass overwrite=True
+    (--overwrite)' in both)."""
+    from test_faults import TINY_ARGS, tiny
+
+    from pondernet_tutorial.runs.training import train
+
+    config = tiny(tmp_path)
+    train(config)
+    with pytest.raises(FileExistsError) as caught:
+        train(config)
+    assert "overwrite=True" in str(caught.value) and "--overwrite" not in str(caught.value)
+    capsys.readouterr()
+    assert main(["train", *map(str, TINY_ARGS), "--output-dir", str(tmp_path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {config.run_dir} already holds this trained run")
+    assert "--overwrite" in lines[0] and "overwrite=True" not in lines[0]
