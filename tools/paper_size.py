@@ -232,21 +232,29 @@ def train_run(
 
 def last_weights(spec: str, folder: Path):
     """The run's weights after its last update (``model.safetensors``, or an unfinished run's
-    ``last.ckpt``), as a module, and the updates they have had."""
+    ``last.ckpt``), as a module, the updates they have had, and the clock's state when they were
+    kept (the measured wall time and the sittings)."""
     n, method, seed = parse_run(spec)
     module = make_module(run_config(n, method, seed, compile=False))
     if (folder / "model.safetensors").is_file():
         module.load_state_dict(load_model(folder / "model.safetensors").state_dict())
-        return module, int(read_json(folder / "metadata.json")["updates"])
+        record = read_json(folder / "metadata.json")
+        return (
+            module,
+            int(record["updates"]),
+            {"wall_s": record["wall_time_s"], "sittings": record["sittings"]},
+        )
     checkpoint = read_checkpoint(folder / "checkpoints" / "last.ckpt", folder / "checkpoints")
     module.load_state_dict(checkpoint["state_dict"])
-    return module, int(checkpoint["global_step"])
+    clock = next((v for k, v in checkpoint.get("callbacks", {}).items() if k.startswith("Curve")), {})
+    return module, int(checkpoint["global_step"]), clock
 
 
 def ship(out: Path, destination: Path) -> pd.DataFrame:
     """Every run trained so far into ``destination`` (the shipped study): ``curves.csv`` (every point of
     every run), ``runs.csv`` (one row a run: the updates it reached, finished or not, its measured wall
-    time and sittings, its last point with 95% Wilson intervals) and each run's last weights
+    time and sittings, the score of its last weights with 95% Wilson intervals: the curve's last point,
+    or for an unfinished run that kept weights past it, those weights scored now) and each run's last weights
     (``weights/<size>-<method>-seed<k>.safetensors``). An unfinished run ships what it reached, marked
     so, and stays resumable in ``out``."""
     curves, rows = [], []
@@ -256,18 +264,23 @@ def ship(out: Path, destination: Path) -> pd.DataFrame:
         folder = out / f"{n}-{method}-seed{seed}"
         if not (folder / "curve.csv").is_file():
             continue
-        module, updates = last_weights(spec, folder)
+        module, updates, clock = last_weights(spec, folder)
         curve = read_table(folder / "curve.csv")
         curve = curve[curve["updates"] <= updates]  # a point past the weights kept: a killed epoch's
-        end = curve.iloc[-1]
+        end = curve.iloc[-1].to_dict()
         finished = (folder / "model.safetensors").is_file()
-        record = read_json(folder / "metadata.json") or {}
+        if end["updates"] != updates:  # an unfinished run kept weights past its last point: score them
+            datamodule = make_datamodule(run_config(n, method, seed, compile=False))
+            end = {"updates": updates}
+            for name, eval_set in score_sets(datamodule, VECTORS).items():
+                per_sample, _ = evaluate_set(module, eval_set, seed=0)
+                end[f"{name}_accuracy"] = float((per_sample.label == per_sample.prediction).mean())
+                end[f"{name}_steps"], end[f"{name}_n"] = float(per_sample.halt_step.mean()), len(per_sample)
         row = {"size": n, "method": method, "seed": seed, "updates": updates, "finished": finished}
         row["stopped_by"] = "update count" if finished else f"not finished: {updates:,} of {UPDATES:,}"
-        row["wall_time_s"] = record.get("wall_time_s", float(end["wall_s"]))
-        row["sittings"] = record.get("sittings")
+        row["wall_time_s"], row["sittings"] = clock.get("wall_s"), clock.get("sittings")
         for name in ("seen", "unseen"):
-            if f"{name}_accuracy" in end and pd.notna(end[f"{name}_accuracy"]):
+            if pd.notna(end.get(f"{name}_accuracy")):
                 share, count = float(end[f"{name}_accuracy"]), int(end[f"{name}_n"])
                 low, high = wilson(share, count)
                 row |= {f"{name}_accuracy": share, f"{name}_low": low, f"{name}_high": high}
