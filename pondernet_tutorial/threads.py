@@ -19,7 +19,9 @@ def default_threads() -> int:
     """The threads a training uses unless told: one on a machine of at most two cores, PyTorch's own
     choice on a bigger one. On two cores PyTorch's two threads wait for each other whenever anything
     else runs: beside two other trainings, 100 updates of a network the size of the own-model
-    chapter's took 1.5 to 2.1 s on one thread and 14 to 31 s on two (``benchmarks/threads.py``)."""
+    chapter's took 1.5 to 2.1 s on one thread and 14 to 31 s on two (``benchmarks/threads.py``). On
+    an idle machine one thread costs that network nothing (8.8 s against 8.7 s, whole process) and
+    slows MNIST's eager step from about 38 to 57 ms: ``fit(..., threads=2)`` there."""
     return 1 if (os.cpu_count() or 1) <= 2 else torch.get_num_threads()
 
 
