@@ -39,7 +39,7 @@ from pondernet_tutorial.runs.build import make_datamodule, make_module
 from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model, save_weights
 from pondernet_tutorial.runs.cli import Parser  # a mistake in the arguments: one line, exit status 2
 from pondernet_tutorial.runs.config import PRETRAINED_DIR
-from pondernet_tutorial.runs.evaluation import evaluate_set
+from pondernet_tutorial.runs.evaluation import range_scores
 from pondernet_tutorial.runs.files import read_json, read_table, write_csv
 from pondernet_tutorial.runs.resume import last_checkpoint, read_checkpoint
 from pondernet_tutorial.runs.studies import get_study
@@ -82,14 +82,7 @@ class Curve(Callback):
         self.path, self.sets, self.start_epoch, self.every = path, sets, start_epoch, every
 
     def record(self, module, epoch: int) -> None:
-        row = {"updates": epoch * 1000, "epochs": epoch}
-        was_training = module.training
-        for name, eval_set in self.sets.items():
-            per_sample, _ = evaluate_set(module, eval_set, seed=0)
-            row[f"{name}_accuracy"] = float((per_sample.label == per_sample.prediction).mean())
-            row[f"{name}_steps"] = float(per_sample.halt_step.mean())
-            row[f"{name}_n"] = len(per_sample)
-        module.train(was_training)
+        row = {"updates": epoch * 1000, "epochs": epoch, **range_scores(module, self.sets)}
         rows = read_table(self.path) if os.path.lexists(self.path) else pd.DataFrame()  # bounded, regular
         rows = pd.concat([rows[rows.epochs != epoch] if len(rows) else rows, pd.DataFrame([row])])
         write_csv(self.path, rows.sort_values("epochs"), index=False, float_format="%.6g")  # whole

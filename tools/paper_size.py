@@ -48,7 +48,7 @@ from pondernet_tutorial.fitting import StopOnNonFinite
 from pondernet_tutorial.runs.build import make_datamodule, make_module
 from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model, save_weights
 from pondernet_tutorial.runs.config import PRETRAINED_DIR, TrainConfig
-from pondernet_tutorial.runs.evaluation import evaluate_set
+from pondernet_tutorial.runs.evaluation import range_scores
 from pondernet_tutorial.runs.files import read_json, read_table, write_csv, write_json
 from pondernet_tutorial.runs.paper_claims import STUDY, UPDATES, wilson
 from pondernet_tutorial.runs.resume import LAST, last_checkpoint, read_checkpoint
@@ -133,14 +133,7 @@ class Curve(Callback):
         last = epoch == trainer.max_epochs
         row = None
         if epoch % self.every == 0 or last:
-            row = {"updates": trainer.global_step, "epochs": epoch}
-            was_training = pl_module.training
-            for name, eval_set in self.sets.items():
-                per_sample, _ = evaluate_set(pl_module, eval_set, seed=0)
-                row[f"{name}_accuracy"] = float((per_sample.label == per_sample.prediction).mean())
-                row[f"{name}_steps"] = float(per_sample.halt_step.mean())
-                row[f"{name}_n"] = len(per_sample)
-            pl_module.train(was_training)
+            row = {"updates": trainer.global_step, "epochs": epoch, **range_scores(pl_module, self.sets)}
         self.wall_s += time.perf_counter() - self._start
         if row is not None:
             row["wall_s"] = round(self.wall_s, 1)
@@ -271,11 +264,7 @@ def ship(out: Path, destination: Path) -> pd.DataFrame:
         finished = (folder / "model.safetensors").is_file()
         if end["updates"] != updates:  # an unfinished run kept weights past its last point: score them
             datamodule = make_datamodule(run_config(n, method, seed, compile=False))
-            end = {"updates": updates}
-            for name, eval_set in score_sets(datamodule, VECTORS).items():
-                per_sample, _ = evaluate_set(module, eval_set, seed=0)
-                end[f"{name}_accuracy"] = float((per_sample.label == per_sample.prediction).mean())
-                end[f"{name}_steps"], end[f"{name}_n"] = float(per_sample.halt_step.mean()), len(per_sample)
+            end = {"updates": updates, **range_scores(module, score_sets(datamodule, VECTORS))}
         row = {"size": n, "method": method, "seed": seed, "updates": updates, "finished": finished}
         row["stopped_by"] = "update count" if finished else f"not finished: {updates:,} of {UPDATES:,}"
         row["wall_time_s"], row["sittings"] = clock.get("wall_s"), clock.get("sittings")
@@ -308,11 +297,12 @@ def rescore(study: Path, vectors: int = VECTORS, seed: int = 1) -> pd.DataFrame:
         n, method, seed_run = int(run["size"]), str(run["method"]), int(run["seed"])
         module = load_model(study / "weights" / f"{n}-{method}-seed{seed_run}.safetensors")
         datamodule = make_datamodule(run_config(n, method, seed_run, compile=False))
-        for name, eval_set in score_sets(datamodule, vectors, offset=seed * 1_000_003).items():
-            per_sample, _ = evaluate_set(module, eval_set, seed=seed)
-            fresh = float((per_sample.label == per_sample.prediction).mean())
+        sets = score_sets(datamodule, vectors, offset=seed * 1_000_003)
+        scores = range_scores(module, sets, seed=seed)
+        for name in sets:
+            fresh, fresh_n = scores[f"{name}_accuracy"], scores[f"{name}_n"]
             shipped, count = float(run[f"{name}_accuracy"]), int(run[f"{name}_n"])
-            se = math.sqrt(fresh * (1 - fresh) / len(per_sample) + shipped * (1 - shipped) / count)
+            se = math.sqrt(fresh * (1 - fresh) / fresh_n + shipped * (1 - shipped) / count)
             rows.append(
                 {"size": n, "method": method, "seed": seed_run, "range": name, "shipped": shipped,
                  "fresh": fresh, "difference_in_se": (fresh - shipped) / se if se else 0.0}
@@ -359,24 +349,24 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--runs", nargs="+", default=list(RUNS), help="SIZE:METHOD:SEED, e.g. 96:act:1")
-    parser.add_argument(
-        "--rescore",
-        nargs="?",
-        const=PRETRAINED_DIR / "studies" / STUDY,
-        type=Path,
-        metavar="DIR",
-        help="score the shipped weights again on fresh vectors and compare with the shipped last points",
-    )
     parser.add_argument("--cost", action="store_true", help="time the training step of each run instead")
     parser.add_argument("--quick", action="store_true", help="tests only: 2 epochs of 4 batches")
-    parser.add_argument(
-        "--ship",
-        nargs="?",
-        const=PRETRAINED_DIR / "studies" / STUDY,
-        type=Path,
-        metavar="DIR",
-        help=f"write the runs so far into the shipped study (default: pretrained/studies/{STUDY})",
-    )
+    study = PRETRAINED_DIR / "studies" / STUDY
+    for flag, what in (
+        ("--ship", "write the runs so far into the shipped study"),
+        (
+            "--rescore",
+            "score the shipped weights again on fresh vectors and compare with the shipped last points",
+        ),
+    ):
+        parser.add_argument(
+            flag,
+            nargs="?",
+            const=study,
+            type=Path,
+            metavar="DIR",
+            help=f"{what} (default: pretrained/studies/{STUDY})",
+        )
     parser.add_argument("--updates", type=int, help=argparse.SUPPRESS)  # tests: epochs of 1,000 updates
     parser.add_argument("--no-compile", action="store_true", help=argparse.SUPPRESS)  # tests
     args = parser.parse_args(argv)

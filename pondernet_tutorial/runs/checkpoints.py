@@ -21,7 +21,6 @@ Shipped runs live in ``pretrained/<experiment>/<variant>/seed<k>/`` like any run
 
 from __future__ import annotations
 
-import errno
 import inspect
 import json
 import math
@@ -42,7 +41,7 @@ from .config import (
     identity_differences,
     other_methods_options,
 )
-from .files import DamagedFileError, atomic_file, open_regular, read_json
+from .files import DamagedFileError, atomic_file, read_json, read_regular
 from .module import RunModule
 from .options import MAX_PARAMETERS, METHOD_OPTIONS, PARAMETERS_REASON, STEP_OPTIONS, check_steps
 from .processes import command_name
@@ -86,10 +85,7 @@ def _read_weights(path: Path) -> tuple[dict, dict]:
     from safetensors.torch import load
 
     try:
-        with open_regular(path, MAX_WEIGHTS_BYTES) as file:
-            data = file.read(MAX_WEIGHTS_BYTES + 1)
-        if len(data) > MAX_WEIGHTS_BYTES:
-            raise DamagedFileError(errno.EFBIG, f"{path} holds more than {MAX_WEIGHTS_BYTES:,} bytes")
+        data = read_regular(path, MAX_WEIGHTS_BYTES)  # one open, checked, then read through it
         header, weights = _header(data)
         metadata = header.pop("__metadata__", None) or {}
         entries = [_entry(entry) for entry in header.values()]

@@ -321,6 +321,19 @@ def evaluate_halting(
         return table
 
 
+def range_scores(module, sets: dict[str, EvalSet], seed: int = 0) -> dict:
+    """Each set's accuracy, mean halting step and size as ``<name>_accuracy``, ``<name>_steps`` and
+    ``<name>_n`` (the same coins, ``seed``, at every call); the module's training mode is kept."""
+    was_training, scores = module.training, {}
+    for name, eval_set in sets.items():
+        per_sample, _ = evaluate_set(module, eval_set, seed=seed)
+        scores[f"{name}_accuracy"] = float((per_sample.label == per_sample.prediction).mean())
+        scores[f"{name}_steps"] = float(per_sample.halt_step.mean())
+        scores[f"{name}_n"] = len(per_sample)
+    module.train(was_training)
+    return scores
+
+
 def load_run_tables(run_dir: str | Path, per_sample: bool = False) -> dict[str, pd.DataFrame]:
     """A run's evaluation tables (and its per-sample table, where it was kept)."""
     run_dir = Path(run_dir)

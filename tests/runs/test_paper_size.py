@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from pondernet_tutorial.runs.checkpoints import load_model
+from pondernet_tutorial.runs.evaluation import evaluate_set
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "paper_size.py"
@@ -108,7 +109,7 @@ def test_ship_writes_each_runs_last_weights_and_marks_an_unfinished_run(tmp_path
         datamodule = paper_size.make_datamodule(paper_size.run_config(n, method, seed))
         end = curves[(curves["size"] == n) & (curves["method"] == method)].iloc[-1]
         for name, eval_set in paper_size.score_sets(datamodule, 50).items():
-            per_sample, _ = paper_size.evaluate_set(module, eval_set, seed=0)
+            per_sample, _ = evaluate_set(module, eval_set, seed=0)
             assert (per_sample.label == per_sample.prediction).mean() == pytest.approx(
                 end[f"{name}_accuracy"]
             )
