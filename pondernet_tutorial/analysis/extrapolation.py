@@ -110,7 +110,10 @@ def interpolation_claims(per_run: pd.DataFrame, chance: float = 0.5, rules: Rule
     def split(family: str) -> bool:
         """Two seeds, one interval wholly above the mark for solving and one wholly under it; the
         configuration's verdict then undetermined."""
-        (name,) = configs.index[configs["family"] == family]
+        names = configs.index[configs["family"] == family]
+        if len(names) != 1:  # CI's quick runs may lack one; the claims are skipped there
+            return False
+        name = names[0]
         seeds = per_run[per_run["config"] == name]
         low = seeds.get("accuracy_low", seeds["accuracy"]).fillna(seeds["accuracy"])
         high = seeds.get("accuracy_high", seeds["accuracy"]).fillna(seeds["accuracy"])
