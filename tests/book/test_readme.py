@@ -69,6 +69,9 @@ def expected_results() -> tuple[list[str], dict[str, bool]]:
     one = one.groupby("variant")["accuracy"].mean().max()
     numbers += ["6", "8", pct(mnist["accuracy"].mean(), 2), f"{mnist['expected_steps'].mean():.1f}", pct(one)]
     numbers.append(f"{mnist['spearman_steps_entropy'].mean():.2f}".replace("-", "−"))
+    holds["MNIST: the three seeds agree"] = (
+        len(mnist) == 3 and mnist["accuracy"].max() - mnist["accuracy"].min() <= RULES.margin
+    )
     holds["MNIST: one step is enough"] = one >= mnist["accuracy"].mean() - RULES.margin
     holds["MNIST: steps do not rise with the entropy"] = (mnist["spearman_steps_entropy"] < 0).all()
 
