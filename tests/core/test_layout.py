@@ -10,8 +10,8 @@ Deliberate breaks these tests catch (each was tried):
 - ``halting.py`` importing ``MAX_STEPS`` from ``runs/options.py``, and ``steps/parity.py`` importing
   ``STEPS`` from ``runs/registry.py`` inside a function: test_the_taught_code_knows_no_names;
 - a blank line added to methods/base.py (108 lines): test_the_taught_files_keep_their_budgets;
-- ``PonderNet.log_p`` calling ``halting.first_halt`` again (the ε rule), and ``log_halting_distribution``
-  back in ``halting.py``: test_a_ponder_net_training_step_reads_in_four_files;
+- ``PonderNet.log_p`` calling ``halting.first_halt`` again (the ε rule), and ``step_values`` computing
+  ``p = self.model.weights(out)`` again: test_a_ponder_net_training_step_reads_in_four_files;
 - ``runs/cli.py`` importing ``count`` from ``analysis/notebook.py`` again:
   test_the_run_machinery_imports_nothing_of_analysis.
 """
@@ -216,7 +216,8 @@ def test_the_taught_files_keep_their_budgets(name):
 def test_a_ponder_net_training_step_reads_in_four_files():
     """One PonderNet training step on parity (the unroll, p_n with the ε rule, the loss, E[n] and the
     expected accuracy) runs code of four files of the package: the LightningModule, PonderNet's file,
-    the methods' base and the parity step function."""
+    the methods' base and the parity step function; and computes p_n once (the ε rule reads the
+    untruncated p_n first, so ``log_halting_distribution`` runs twice)."""
     import torch
 
     from pondernet_tutorial.lightning_module import PonderLitModule
@@ -225,21 +226,23 @@ def test_a_ponder_net_training_step_reads_in_four_files():
 
     module = PonderLitModule(PonderNet(ParityStep(8, hidden_size=8), max_steps=5, train_epsilon=0.05))
     batch = (torch.randint(-1, 2, (16, 8)).float(), torch.randint(0, 2, (16,)))
-    files = set()
+    calls = []
 
     def called(frame, event, arg):
         path = Path(frame.f_code.co_filename)
         if event == "call" and PACKAGE in path.parents:
-            files.add(path.relative_to(PACKAGE).as_posix())
+            calls.append((path.relative_to(PACKAGE).as_posix(), frame.f_code.co_name))
 
     sys.setprofile(called)
     try:
         module.training_step(batch, 0).backward()
     finally:
         sys.setprofile(None)
+    files = {file for file, _ in calls}
     assert files == {"lightning_module.py", "methods/pondernet.py", "methods/base.py", "steps/parity.py"}, (
         files
     )
+    assert [name for _, name in calls].count("log_halting_distribution") == 2
 
 
 def test_requires_python_is_true():
