@@ -223,6 +223,7 @@ def test_a_second_fit_captures_again():
     assert_same_weights(eager, graphed)
 
 
+@pytest.mark.slow
 def test_a_learning_rate_cut_reaches_the_graph(monkeypatch):
     """Older PyTorch's ReduceLROnPlateau sets a new float instead of writing into the tensor: the cut
     must still reach the tensor that the captured update reads."""
