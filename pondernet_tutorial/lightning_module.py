@@ -45,9 +45,10 @@ class PonderLitModule(L.LightningModule):
         self.generator: torch.Generator | None = None
 
     def stage_metrics(self, training: bool = False) -> MetricCollection:
-        """A stage's means; PonderNet's training takes no halting step (it flips no coin)."""
-        halts = not (training and self.model.random_halting)
-        names = ("acc", *("halt_step",) * halts, "expected_steps", "loss", *self.model.loss_terms)
+        """A stage's means: the accuracy, the step the answer was taken at, ``E[n]`` and the loss terms."""
+        names = ["acc", "halt_step", "expected_steps", "loss", *self.model.loss_terms]
+        if training and self.model.random_halting:
+            names.remove("halt_step")  # PonderNet's training flips no coin: it takes no halting step
         return MetricCollection({name: MeanMetric() for name in names}, compute_groups=False)
 
     def forward(self, x, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
