@@ -3,10 +3,10 @@
 What the book teaches, in reading order:
 
 * :mod:`~pondernet_tutorial.minimal`: the whole of PonderNet in about 40 lines;
-* :mod:`~pondernet_tutorial.halting`, :mod:`~pondernet_tutorial.losses`: PonderNet's equations, in
-  log space;
 * ``steps/``: step functions ``(x, h_n) -> (ŷ_n, z_n, h_{n+1})``, one file per task;
-* ``methods/``: halting methods over any step function (PonderNet, ACT, fixed steps);
+* ``methods/``: halting methods over any step function: PonderNet (its equations in one file,
+  :mod:`~pondernet_tutorial.methods.pondernet`), ACT, fixed steps;
+* :mod:`~pondernet_tutorial.halting`: the parameters' checks, the halting coins and the geometric prior;
 * ``data/``: the tasks' generators (no Lightning), and their Lightning data modules in
   :mod:`~pondernet_tutorial.data.modules`;
 * :mod:`~pondernet_tutorial.lightning_module` and :mod:`~pondernet_tutorial.fitting`: one plain
@@ -45,9 +45,9 @@ _EXPORTS = {
     "MNISTStep": "steps.mnist",
     "ParityStep": "steps.parity",
     "PointerStep": "steps.pointer",
-    "PonderLoss": "losses",
-    "ReconstructionLoss": "losses",
-    "RegularizationLoss": "losses",
+    "PonderLoss": "methods.pondernet",
+    "ReconstructionLoss": "methods.pondernet",
+    "RegularizationLoss": "methods.pondernet",
     "PonderLitModule": "lightning_module",
     "fit": "fitting",
     "MNISTDataModule": "data.modules",
@@ -57,7 +57,7 @@ _EXPORTS = {
     "train": "runs.training",
     "load_model": "runs.checkpoints",
     "load_pretrained": "runs.checkpoints",
-    "log_halting_distribution": "halting",
+    "log_halting_distribution": "methods.pondernet",
     "geometric_prior": "halting",
 }
 

@@ -1,13 +1,11 @@
-"""Halting distributions, computed in log space.
+"""What PonderNet and ACT share off the training path: the checks of their parameters, the coins of
+PonderNet's halting and the geometric prior.
 
-PonderNet's step function emits, at every step ``n``, the *conditional* probability ``λ_n`` of halting
-at step ``n`` given that it did not halt before. The *unconditional* probability of halting at ``n`` is
+* the domains of λ_p, N, ε and the weight of a loss term (β, τ), checked where a method is built;
+* the coins: ``Bernoulli(λ_n)`` drawn from uniforms, ``u_n < λ_n``, for inference and evaluation;
+* the prior ``p_G(n) = λ_p (1 − λ_p)^{n−1}``, truncated at N, in log space.
 
-    p_n = λ_n ∏_{j<n} (1 − λ_j),            λ_N = 1 at the last step N = max_steps.
-
-A product of many numbers in (0, 1) underflows quickly, so everything here works with logarithms of
-the λ *logits* ``z_n`` (``λ_n = sigmoid(z_n)``) and ``log σ(z) = logsigmoid(z)``,
-``log(1 − σ(z)) = logsigmoid(−z)``, both finite for every finite ``z``.
+The halting distribution ``p_n`` and PonderNet's loss are in :mod:`~pondernet_tutorial.methods.pondernet`.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ import math
 import numbers
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -71,40 +68,14 @@ def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
     return epsilon
 
 
-def log_halting_distribution(lambda_logits: Tensor) -> Tensor:
-    """Log of the unconditional halting distribution ``log p_n`` from the λ logits.
-
-    Args:
-        lambda_logits: ``(N, B)`` logits ``z_n`` of λ_n for steps n = 1..N. The last row is ignored:
-            λ_N = 1 by definition, so all mass left at the last step halts there.
-
-    Returns:
-        ``(N, B)`` tensor of ``log p_n``; ``p.exp().sum(0) == 1`` for every sample.
-    """
-    if lambda_logits.dim() != 2:
+def check_weight(weight: float, name: str) -> float:
+    """Return the weight of a loss term (PonderNet's β, ACT's τ) as a float, or raise a ``ValueError``:
+    it must be finite and >= 0 (0 turns the term off)."""
+    if not 0 <= float(weight) < math.inf:
         raise ValueError(
-            f"lambda_logits must have shape (max_steps, batch), got {tuple(lambda_logits.shape)}."
+            f"{name} must be >= 0 and finite, got {weight}: it weighs a loss term (0 turns it off)."
         )
-    log_lambda = F.logsigmoid(lambda_logits)  # log λ_n
-    log_not_lambda = F.logsigmoid(-lambda_logits)  # log (1 − λ_n)
-    # λ_N = 1 at the last step: log λ_N = 0.
-    log_lambda = torch.cat([log_lambda[:-1], torch.zeros_like(log_lambda[-1:])], dim=0)
-    # Σ_{j<n} log(1 − λ_j): an exclusive cumulative sum (0 for n = 1).
-    log_survival = torch.cat([torch.zeros_like(log_not_lambda[:1]), torch.cumsum(log_not_lambda[:-1], dim=0)])
-    return log_lambda + log_survival  # log p_n = log λ_n + Σ_{j<n} log(1 − λ_j)
-
-
-def expected_steps(p: Tensor) -> Tensor:
-    """Expected number of steps ``E[n] = Σ_n n · p_n``.
-
-    Args:
-        p: ``(N, B)`` halting distribution (or any weights of the steps that sum to 1).
-
-    Returns:
-        ``(B,)`` expected steps, between 1 and N.
-    """
-    steps = torch.arange(1, p.shape[0] + 1, device=p.device, dtype=p.dtype)
-    return (p * steps[:, None]).sum(0)
+    return float(weight)
 
 
 def halting_uniforms(batch: int, max_steps: int, generator: torch.Generator | None = None) -> Tensor:
@@ -172,12 +143,10 @@ def constant_lambda_distribution(lambda_p: float, max_steps: int, dtype=torch.fl
     """The halting distribution of a network whose ``λ_n = λ_p`` at every step, ``(N,)``.
 
     This is the geometric prior with the mass it leaves beyond ``N`` put on step ``N`` (where
-    ``λ_N = 1``): ``q_n = λ_p (1 − λ_p)^{n−1}`` for ``n < N`` and ``q_N = (1 − λ_p)^{N−1}``. It is the
-    distribution a network that ignores its input and matches the prior produces, and what the
-    evaluation's distance to the prior is measured against.
+    ``λ_N = 1``): ``q_n = λ_p (1 − λ_p)^{n−1}`` for ``n < N`` and ``q_N = (1 − λ_p)^{N−1}``. A network
+    that ignores its input and keeps ``λ_n`` at ``λ_p`` produces it; the evaluation's distance to the
+    prior is measured against the renormalised prior instead (``PonderNet.halting_prior``).
     """
-    lambda_p = check_lambda_p(lambda_p)
-    logits = torch.full(
-        (check_max_steps(max_steps), 1), math.log(lambda_p / (1.0 - lambda_p)), dtype=torch.float64
-    )
-    return log_halting_distribution(logits)[:, 0].exp().to(dtype)
+    log_q = log_geometric_prior(lambda_p, max_steps, dtype=torch.float64)
+    log_q[-1] = (log_q.shape[0] - 1) * math.log1p(-lambda_p)  # q_N = (1 − λ_p)^{N−1}
+    return log_q.exp().to(dtype)

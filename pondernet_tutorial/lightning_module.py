@@ -3,10 +3,11 @@
 ``training_step`` runs the method's full unroll and its loss. Validation and test run the same unroll
 over the evaluation's step budget and score the answer at the halting step that inference takes
 (PonderNet's coins from a generator seeded with ``eval_seed``, so that they are reproducible). Training
-logs expectations instead of flipping coins: the expected accuracy ``Σ_n p_n 1[ŷ_n = y]`` and ``E[n]``.
-Adam optimises, with a plateau schedule where there is validation; each stage's means are torchmetrics,
-logged once an epoch as ``train/``, ``val/`` and ``test/<set name>/`` ``acc``, ``halt_step``,
-``expected_steps``, ``loss`` and the method's loss terms.
+flips no coin: PonderNet's training accuracy is the expected one, ``Σ_n p_n 1[ŷ_n = y]``, and it logs no
+``halt_step``. Adam optimises, with a plateau schedule where there is validation; each stage's means are
+torchmetrics, logged once an epoch as ``train/``, ``val/`` and ``test/<set name>/`` ``acc``, ``halt_step``
+(the step the answer was taken at), ``expected_steps`` (``E[n] = Σ_n n p_n``), ``loss`` and the method's
+loss terms.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
 
-from .halting import expected_steps
-from .methods.base import Unroll
+from .methods.base import Unroll, expected_steps
 
 
 class PonderLitModule(L.LightningModule):
@@ -40,12 +40,15 @@ class PonderLitModule(L.LightningModule):
             )
         self.save_hyperparameters(ignore=["model"])  # what a checkpoint records besides the weights
         self.model = model
-        self.train_metrics, self.val_metrics = self.stage_metrics(), self.stage_metrics()
+        self.train_metrics, self.val_metrics = self.stage_metrics(training=True), self.stage_metrics()
         self.test_metrics = nn.ModuleList()
         self.generator: torch.Generator | None = None
 
-    def stage_metrics(self) -> MetricCollection:
-        names = ("acc", "halt_step", "expected_steps", "loss", *self.model.loss_terms)
+    def stage_metrics(self, training: bool = False) -> MetricCollection:
+        """A stage's means: the accuracy, the step the answer was taken at, ``E[n]`` and the loss terms."""
+        names = ["acc", "halt_step", "expected_steps", "loss", *self.model.loss_terms]
+        if training and self.model.random_halting:
+            names.remove("halt_step")  # PonderNet's training flips no coin: it takes no halting step
         return MetricCollection({name: MeanMetric() for name in names}, compute_groups=False)
 
     def forward(self, x, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
@@ -57,16 +60,17 @@ class PonderLitModule(L.LightningModule):
         return out, self.model.loss(out, y)
 
     def step_values(self, x, y, evaluation: bool = False) -> dict[str, Tensor]:
-        """The loss terms and, per sample, the accuracy, the halting step and ``E[n]``."""
+        """The loss terms and, per sample, the accuracy, ``E[n]`` and the step the answer was taken at."""
         out, losses = self.unroll_and_loss(x, y)
-        p = self.model.weights(out).detach()
-        steps = expected_steps(p)  # E[n] = Σ_n n p_n
+        p = losses.pop("weights")  # p_n of the loss: N steps, training's rule
+        p = (p if self.model.training else self.model.weights(out)).detach()  # eval: every step unrolled
+        values = {**losses, "expected_steps": expected_steps(p)}  # E[n] = Σ_n n p_n
         if evaluation or not self.model.random_halting:  # the answer at inference's halting step
-            prediction, halt_step = self.model.answer(out, self.generator)
-            acc = prediction.argmax(-1) == y
-        else:  # training flips no coin: the expectations over n ~ p
-            acc, halt_step = (p * (out.logits.argmax(-1) == y)).sum(0), steps  # Σ_n p_n 1[ŷ_n = y], E[n]
-        return {**losses, "acc": acc, "halt_step": halt_step, "expected_steps": steps}
+            prediction, values["halt_step"] = self.model.answer(out, self.generator)
+            values["acc"] = prediction.argmax(-1) == y
+        else:  # training flips no coin: the expected accuracy over n ~ p, and no halting step
+            values["acc"] = (p * (out.logits.argmax(-1) == y)).sum(0)  # Σ_n p_n 1[ŷ_n = y]
+        return values
 
     @staticmethod
     def record(metrics: MetricCollection, values: dict[str, Tensor], batch_size: int) -> None:

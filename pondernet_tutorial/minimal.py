@@ -3,7 +3,7 @@ training loop.
 
 The chapter "PonderNet in 40 lines" shows this module. The rest of the package computes the same
 quantities for any step function and any halting method, with argument checks, early exit and
-Lightning around them (``halting.py``, ``losses.py``, ``methods/pondernet.py``, ``steps/parity.py``);
+Lightning around them (``methods/pondernet.py``, ``methods/base.py``, ``steps/parity.py``);
 ``tests/core/test_minimal.py`` checks that both give the same ``p_n`` and the same loss.
 """
 

@@ -14,8 +14,8 @@ import math
 
 import torch
 
-from ..halting import log_geometric_prior, log_halting_distribution
-from ..losses import RegularizationLoss
+from ..halting import log_geometric_prior
+from ..methods.pondernet import RegularizationLoss, log_halting_distribution
 
 DEFAULT_LAMBDAS = (0.2, 0.5, 0.3, 0.6)  # λ_1..λ_{N−1} of the figure; λ_N = 1 is added
 DEFAULT_LAMBDA_P, DEFAULT_BETA = 0.2, 0.01  # the package's reference values

@@ -23,24 +23,12 @@ waits for the device to learn ``T``.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
-from ..halting import check_epsilon, first_halt
-from ..losses import per_sample_loss
+from ..halting import check_epsilon, check_weight, first_halt
 from ..steps.base import select_rows, state_batch_size
-from .base import HaltingMethod, Unroll, finite_input
-
-
-def check_tau(tau: float, name: str = "tau") -> float:
-    """τ must be finite and ≥ 0: it weighs ACT's ponder cost."""
-    if not 0 <= float(tau) < math.inf:
-        raise ValueError(
-            f"{name} must be >= 0 and finite, got {tau}: it weighs ACT's ponder cost (0 turns it off)."
-        )
-    return float(tau)
+from .base import HaltingMethod, Unroll, finite_input, per_sample_loss
 
 
 def act_halt_step(halting_logits: Tensor, epsilon: float) -> Tensor:
@@ -98,7 +86,7 @@ class ACT(HaltingMethod):
         eval_max_steps: int | None = None,
     ):
         super().__init__(step_function, max_steps, loss_fn, halting_bias, eval_max_steps)
-        self.tau = check_tau(tau)
+        self.tau = check_weight(tau, "tau")  # τ ≥ 0
         self.epsilon = check_epsilon(epsilon)
 
     def weights(self, out: Unroll) -> Tensor:
@@ -112,13 +100,13 @@ class ACT(HaltingMethod):
         return (p[..., None] * out.logits.float()).sum(0), halt_step  # in float32, as infer and loss
 
     def loss(self, out: Unroll, targets: Tensor) -> dict[str, Tensor]:
-        """``ℒ(y, Σ_n p_n ŷ_n) + τ · mean(T + R)``."""
+        """``ℒ(y, Σ_n p_n ŷ_n) + τ · mean(T + R)``, and ``"weights"``, the ``p_n`` it mixed."""
         halt_step = act_halt_step(out.halting_logits, self.epsilon)  # T(x)
         p, remainder = act_weights(out.halting_logits, halt_step)
         prediction = (p[..., None] * out.logits.float()).sum(0)  # ŷ = Σ_n p_n ŷ_n
         task = per_sample_loss(self.loss_fn, prediction, targets).mean()  # ℒ(y, ŷ)
         ponder = (halt_step.to(remainder.dtype) + remainder).mean()  # mean P = T + R
-        return {"loss": task + self.tau * ponder, "task": task, "ponder_cost": ponder}
+        return {"loss": task + self.tau * ponder, "task": task, "ponder_cost": ponder, "weights": p}
 
     def infer(self, x, generator=None) -> tuple[Tensor, Tensor]:
         """Inference with early exit: each sample stops after its step ``T(x)``; returns the mean-field

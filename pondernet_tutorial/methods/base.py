@@ -1,21 +1,44 @@
 """What every halting method shares: the full unroll, ``forward(x)``, that training uses (every step for
-every sample: fixed shapes, no wait for the device). The other way through a method is ``infer``."""
+every sample: fixed shapes, no wait for the device), the per-sample task loss and ``E[n]``. The other way
+through a method is ``infer``."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..halting import check_max_steps
-from ..losses import per_sample_cross_entropy
 from ..steps.base import StepFunction
 
 
 class Unroll(NamedTuple):  # every step's prediction ŷ_n (N, B, C) and halting logit z_n (N, B)
     logits: Tensor
     halting_logits: Tensor
+
+
+def per_sample_cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
+    """Cross-entropy of every sample, not reduced: ``(M, C), (M,) -> (M,)``."""
+    return F.cross_entropy(logits, targets, reduction="none")
+
+
+def per_sample_loss(loss_fn, logits: Tensor, targets: Tensor) -> Tensor:
+    """``loss_fn(logits, targets)``, checked to give one loss per sample (no reduction)."""
+    losses = loss_fn(logits, targets)
+    if losses.shape != targets.shape[:1]:
+        raise ValueError(
+            f"loss_fn must return one loss per sample (shape {tuple(targets.shape[:1])}), got shape "
+            f"{tuple(losses.shape)}: use reduction='none'."
+        )
+    return losses
+
+
+def expected_steps(p: Tensor) -> Tensor:
+    """``(B,)`` ``E[n] = Σ_n n · p_n`` of a ``(N, B)`` distribution over the steps, between 1 and N."""
+    steps = torch.arange(1, p.shape[0] + 1, device=p.device, dtype=p.dtype)
+    return (p * steps[:, None]).sum(0)
 
 
 def at_step(logits: Tensor, step: Tensor) -> Tensor:
@@ -35,9 +58,10 @@ def finite_input(x: Tensor, dtype: torch.dtype) -> Tensor:
 class HaltingMethod(nn.Module):
     """A step function, unrolled for ``max_steps`` steps (``eval_max_steps`` ≥ ``max_steps`` in eval mode).
 
-    A subclass says four things: ``loss(out, y)`` trains on a full unroll; ``weights(out)`` gives its steps'
-    weights ``p_n``; ``answer(out, generator)`` the answer and halting step that inference would take,
-    drawn from it; ``infer(x, generator)`` is inference itself, each sample leaving at its halting step.
+    A subclass says four things: ``loss(out, y)`` trains on a full unroll (its dict holds the loss terms
+    and ``"weights"``, the ``p_n`` it used); ``weights(out)`` gives its steps' weights ``p_n``;
+    ``answer(out, generator)`` the answer and halting step that inference would take, drawn from it;
+    ``infer(x, generator)`` is inference itself, each sample leaving at its halting step.
 
     Args:
         step_function: the network applied at every step.
@@ -48,6 +72,10 @@ class HaltingMethod(nn.Module):
     loss_terms: tuple[str, ...] = ()  # the named terms of loss() besides "loss"
     random_halting = False  # answer() and infer() flip coins: the halting step is random
     step_answers = True  # the answer is one step's prediction ŷ_n (the per-step tables)
+
+    def halting_prior(self, n_steps: int) -> Tensor | None:
+        """The distribution over steps 1..n_steps that the method pulls ``p_n`` towards; None: no prior."""
+        return None
 
     def __init__(self, step_function, max_steps, loss_fn=None, halting_bias=None, eval_max_steps=None):
         super().__init__()

@@ -10,8 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..losses import per_sample_loss
-from .base import HaltingMethod, Unroll, finite_input
+from .base import HaltingMethod, Unroll, finite_input, per_sample_loss
 
 
 class FixedSteps(HaltingMethod):
@@ -43,7 +42,7 @@ class FixedSteps(HaltingMethod):
 
     def loss(self, out: Unroll, targets: Tensor) -> dict[str, Tensor]:
         task = per_sample_loss(self.loss_fn, out.logits[-1].float(), targets).mean()  # ℒ(y, ŷ_k)
-        return {"loss": task, "task": task}
+        return {"loss": task, "task": task, "weights": self.weights(out)}
 
     def infer(self, x, generator=None) -> tuple[Tensor, Tensor]:
         """Every sample runs ``eval_max_steps`` steps: no early exit."""

@@ -1,31 +1,85 @@
 """PonderNet (Banino et al. 2021): unroll any step function and halt on a Bernoulli coin.
 
-Training unrolls all ``N = max_steps`` steps (``forward``) and trains every step's prediction at once,
+Training unrolls all ``N = max_steps`` steps (``forward``) and trains every step's prediction at once:
 
-    p_n = λ_n ∏_{j<n} (1 − λ_j),   L = Σ_n p_n ℒ(y, ŷ_n) + β · KL(p ‖ p_G(λ_p))      (PonderLoss),
+    p_n   = λ_n ∏_{j<n} (1 − λ_j),  λ_N = 1           (log_halting_distribution, in log space)
+    L_Rec = Σ_n p_n ℒ(y, ŷ_n)                          (ReconstructionLoss)
+    L_Reg = KL(p ‖ p_G(λ_p))                            (RegularizationLoss)
+    L     = L_Rec + β · L_Reg                           (PonderLoss), averaged over the batch,
 
 while inference (``infer``) flips the coin ``Bernoulli(λ_n)`` after each step: a sample that halts
 leaves the computation, and the loop stops once every sample has halted.
+
+Everything is computed from ``log p`` (``λ_n = sigmoid(z_n)``, ``log σ(z) = logsigmoid(z)``,
+``log(1 − σ(z)) = logsigmoid(−z)``, both finite for every finite ``z``), so no probability underflows to
+``log 0``, and no loss has a Python loop over steps.
+
+The KL direction has a name that says which distribution comes first: ``"p_prior"`` is the paper's
+``KL(p ‖ p_G)`` and ``"prior_p"`` is ``KL(p_G ‖ p)``, what
+``nn.KLDivLoss(reduction="batchmean")(p.log(), p_g)`` computes in the popular implementations. (In
+machine learning "forward KL" usually means ``KL(target ‖ model)``, which would be the second one, so
+this package avoids "forward" and "reverse".)
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 from ..halting import (
     check_epsilon,
-    first_halt,
+    check_lambda_p,
+    check_max_steps,
+    check_weight,
     geometric_prior,
     halting_uniforms,
-    log_halting_distribution,
+    log_geometric_prior,
     sample_halting_step,
 )
-from ..losses import PonderLoss
 from ..steps.base import select_rows, state_batch_size
-from .base import HaltingMethod, Unroll, at_step, finite_input
+from .base import HaltingMethod, Unroll, at_step, finite_input, per_sample_cross_entropy, per_sample_loss
+
+KL_DIRECTIONS = ("p_prior", "prior_p")  # KL(p ‖ p_G) (the paper's), KL(p_G ‖ p)
+
+
+def check_kl_direction(direction: str, name: str = "kl_direction") -> str:
+    """Return the KL direction's name, or raise a ``ValueError`` that names the two."""
+    if direction not in KL_DIRECTIONS:
+        raise ValueError(
+            f"{name} must be 'p_prior' (the paper's KL(p || p_G)) or 'prior_p' (KL(p_G || p)), "
+            f"got {direction!r}."
+        )
+    return direction
+
+
+def log_halting_distribution(lambda_logits: Tensor) -> Tensor:
+    """Log of the unconditional halting distribution ``log p_n`` from the λ logits ``z_n``.
+
+    ``λ_n`` is the *conditional* probability of halting at step ``n`` given no halt before; ``p_n`` the
+    *unconditional* one. A product of many numbers in (0, 1) underflows quickly: hence sums of logs.
+
+    Args:
+        lambda_logits: ``(N, B)`` logits ``z_n`` of λ_n for steps n = 1..N. The last row is ignored:
+            λ_N = 1 by definition, so all mass left at the last step halts there.
+
+    Returns:
+        ``(N, B)`` tensor of ``log p_n``; ``p.exp().sum(0) == 1`` for every sample.
+    """
+    if lambda_logits.dim() != 2:
+        raise ValueError(
+            f"lambda_logits must have shape (max_steps, batch), got {tuple(lambda_logits.shape)}."
+        )
+    log_lambda = F.logsigmoid(lambda_logits)  # log λ_n
+    log_not_lambda = F.logsigmoid(-lambda_logits)  # log (1 − λ_n)
+    # λ_N = 1 at the last step: log λ_N = 0.
+    log_lambda = torch.cat([log_lambda[:-1], torch.zeros_like(log_lambda[-1:])], dim=0)
+    # Σ_{j<n} log(1 − λ_j): an exclusive cumulative sum (0 for n = 1).
+    log_survival = torch.cat([torch.zeros_like(log_not_lambda[:1]), torch.cumsum(log_not_lambda[:-1], dim=0)])
+    return log_lambda + log_survival  # log p_n = log λ_n + Σ_{j<n} log(1 − λ_j)
 
 
 def truncate_at_epsilon(lambda_logits: Tensor, epsilon: float) -> Tensor:
@@ -33,13 +87,131 @@ def truncate_at_epsilon(lambda_logits: Tensor, epsilon: float) -> Tensor:
     ``Σ_{j≤N_ε} p_j > 1 − ε``, where ``λ = 1`` (the mass left goes there; ``p_n = 0`` after it).
 
     ``N_ε`` is an integer, a constant for the gradient (as ACT's ``T``). Returns ``(N, B)`` logits whose
-    :func:`~pondernet_tutorial.halting.log_halting_distribution` is the truncated distribution.
+    :func:`log_halting_distribution` is the truncated distribution.
     """
     z = lambda_logits.float()
-    cdf = torch.cumsum(log_halting_distribution(z.detach()).exp(), 0)  # Σ_{j≤n} p_j
-    n_epsilon = first_halt(cdf > 1.0 - epsilon)  # N_ε(x), (B,)
+    cdf = torch.cumsum(log_halting_distribution(z.detach()).exp(), 0)  # Σ_{j≤n} p_j, non-decreasing
+    n_epsilon = ((cdf <= 1.0 - epsilon).sum(0) + 1).clamp(max=z.shape[0])  # N_ε(x), (B,), at most N
     steps = torch.arange(1, z.shape[0] + 1, device=z.device)[:, None]
     return torch.where(steps == n_epsilon[None], torch.full_like(z, 1e4), z)  # σ(1e4) = 1: λ_{N_ε} = 1
+
+
+class ReconstructionLoss(nn.Module):
+    """Expected per-sample loss over the halting step, ``mean_b Σ_n p_{n,b} · ℒ(y_b, ŷ_{n,b})``.
+
+    Args:
+        loss_fn: per-sample loss ``(logits (M, C), targets (M,)) -> (M,)``; must not reduce.
+            Defaults to :func:`~.base.per_sample_cross_entropy`. The article's code wraps
+            ``nn.CrossEntropyLoss()``, whose default *mean* reduction averages over the batch before
+            the weighting by ``p_n``, so each sample's loss is no longer weighted by its own ``p_n``.
+    """
+
+    def __init__(self, loss_fn: Callable[[Tensor, Tensor], Tensor] | None = None):
+        super().__init__()
+        self.loss_fn = loss_fn or per_sample_cross_entropy
+
+    def forward(self, logits: Tensor, log_p: Tensor, targets: Tensor) -> Tensor:
+        """
+        Args:
+            logits: ``(N, B, C)`` predictions of every step.
+            log_p: ``(N, B)`` log halting distribution.
+            targets: ``(B,)`` class indices.
+
+        Returns:
+            scalar loss.
+        """
+        n_steps, batch = log_p.shape
+        if logits.shape[:2] != (n_steps, batch) or targets.shape != (batch,):
+            raise ValueError(
+                "expected logits (N, B, C), log_p (N, B) and targets (B,); got "
+                f"{tuple(logits.shape)}, {tuple(log_p.shape)} and {tuple(targets.shape)}."
+            )
+        flat = logits.reshape(n_steps * batch, -1)
+        per_sample = per_sample_loss(self.loss_fn, flat, targets.repeat(n_steps)).view(
+            n_steps, batch
+        )  # ℒ(y, ŷ_n)
+        return (log_p.exp() * per_sample).sum(0).mean()  # mean_b Σ_n p_n ℒ(y, ŷ_n)
+
+
+class RegularizationLoss(nn.Module):
+    """KL divergence between the halting distribution and a truncated geometric prior.
+
+    Args:
+        lambda_p: the prior's per-step halting probability, in (0, 1).
+        max_steps: N, the number of steps the distribution covers.
+        direction: ``"p_prior"`` computes the paper's ``KL(p ‖ p_G) = Σ_n p_n (log p_n − log p_G,n)``.
+            ``"prior_p"`` computes ``KL(p_G ‖ p) = Σ_n p_G,n (log p_G,n − log p_n)``, which is what
+            ``kl_div(p.log(), p_g)`` in the article's, labml's and mildlyoverfitted's code computes.
+        renormalize_prior: make the truncated prior sum to 1 (default: the plain geometric pmf, as in
+            the popular implementations; it misses the mass ``(1 − λ_p)^N`` beyond N, so
+            ``KL(p_G ‖ p)`` can then be negative).
+    """
+
+    def __init__(
+        self,
+        lambda_p: float,
+        max_steps: int,
+        direction: str = "p_prior",
+        renormalize_prior: bool = False,
+    ):
+        super().__init__()
+        self.direction = check_kl_direction(direction)
+        self.lambda_p = check_lambda_p(lambda_p)
+        self.max_steps = check_max_steps(max_steps)
+        self.renormalize_prior = renormalize_prior
+        log_prior = log_geometric_prior(lambda_p, max_steps, renormalize_prior)
+        self.register_buffer("log_prior", log_prior[:, None], persistent=False)  # (N, 1)
+
+    def forward(self, log_p: Tensor) -> Tensor:
+        """
+        Args:
+            log_p: ``(N, B)`` log halting distribution, ``N == max_steps``.
+
+        Returns:
+            scalar KL divergence, averaged over the batch.
+        """
+        if log_p.dim() != 2 or log_p.shape[0] != self.max_steps:
+            raise ValueError(
+                f"log_p must have shape (max_steps={self.max_steps}, batch), got {tuple(log_p.shape)}."
+            )
+        log_q = self.log_prior.to(log_p.dtype)
+        if self.direction == "p_prior":
+            kl = log_p.exp() * (log_p - log_q)  # p_n (log p_n − log p_G,n); 0 where p_n underflows
+        else:
+            kl = log_q.exp() * (log_q - log_p)  # p_G,n (log p_G,n − log p_n); finite: log p > −inf
+        return kl.sum(0).mean()
+
+
+class PonderLoss(nn.Module):
+    """``L = L_Rec + β · L_Reg``; returns the three terms.
+
+    Args:
+        lambda_p, max_steps, direction, renormalize_prior: see :class:`RegularizationLoss`.
+        beta: weight β ≥ 0 of the regularisation.
+        loss_fn: the per-sample task loss of :class:`ReconstructionLoss`.
+    """
+
+    def __init__(
+        self,
+        lambda_p: float,
+        max_steps: int,
+        beta: float = 0.01,
+        direction: str = "p_prior",
+        renormalize_prior: bool = False,
+        loss_fn: Callable[[Tensor, Tensor], Tensor] | None = None,
+    ):
+        super().__init__()
+        self.beta = check_weight(beta, "beta")  # β ≥ 0
+        self.reconstruction = ReconstructionLoss(loss_fn)
+        self.regularization = RegularizationLoss(lambda_p, max_steps, direction, renormalize_prior)
+
+    def forward(self, logits: Tensor, log_p: Tensor, targets: Tensor) -> dict[str, Tensor]:
+        """Return ``{"loss", "reconstruction", "regularization"}`` (scalars) for logits ``(N, B, C)``,
+        ``log_p (N, B)`` and targets ``(B,)``."""
+        # The losses are computed in float32 even under mixed precision.
+        rec = self.reconstruction(logits.float(), log_p.float(), targets)
+        reg = self.regularization(log_p.float())
+        return {"loss": rec + self.beta * reg, "reconstruction": rec, "regularization": reg}
 
 
 class PonderNet(HaltingMethod):
@@ -48,7 +220,7 @@ class PonderNet(HaltingMethod):
     Args:
         step_function: the network that is applied at every step.
         max_steps: ``N``, the steps unrolled in training (``λ_N = 1``).
-        lambda_p, beta, kl_direction, renormalize_prior: the loss (:class:`~pondernet_tutorial.losses.PonderLoss`).
+        lambda_p, beta, kl_direction, renormalize_prior: the loss (:class:`PonderLoss`).
         loss_fn: per-sample task loss (cross-entropy by default).
         halting_bias: initial bias of the step function's halting layer (None: PyTorch's default).
         train_epsilon: the paper's rule for N in training (:func:`truncate_at_epsilon`); None: every
@@ -101,9 +273,11 @@ class PonderNet(HaltingMethod):
         return log_halting_distribution(z)  # log p_n = log λ_n + Σ_{j<n} log(1 − λ_j)
 
     def loss(self, out: Unroll, targets: Tensor) -> dict[str, Tensor]:
-        """``L_Rec + β · KL`` over training's first N steps (validation's unroll may hold more)."""
+        """``L_Rec + β · KL`` over training's first N steps (validation's unroll may hold more), and
+        ``"weights"``, the ``p_n`` it weighed the steps with (training's :meth:`weights`)."""
         n = self.max_steps
-        return self.criterion(out.logits[:n], self.log_p(out.halting_logits[:n]), targets)
+        log_p = self.log_p(out.halting_logits[:n])  # log p_n, once per step of training
+        return {**self.criterion(out.logits[:n], log_p, targets), "weights": log_p.exp()}
 
     def weights(self, out: Unroll) -> Tensor:
         """``(N, B)`` p_n; in eval mode over every step unrolled, without training's ε rule."""
@@ -143,6 +317,7 @@ class PonderNet(HaltingMethod):
         return prediction, halt_step
 
     def halting_prior(self, n_steps: int | None = None) -> Tensor:
-        """The geometric prior renormalised over 1..n_steps (default N): what the evaluation compares with."""
+        """The geometric prior renormalised over 1..n_steps (default N): the minimiser of the KL term,
+        what the evaluation's distance to the prior is measured against."""
         lambda_p = self.criterion.regularization.lambda_p
         return geometric_prior(lambda_p, n_steps or self.max_steps, renormalize=True)

@@ -18,8 +18,7 @@ import pandas as pd
 import torch
 
 from ..data.base import EvalSet
-from ..halting import expected_steps
-from ..losses import per_sample_loss
+from ..methods.base import expected_steps, per_sample_loss
 from .config import WEIGHTS, TrainConfig, identity_differences
 from .difficulty import spearman
 from .files import folder_lock, read_json, read_table, write_csv, write_json
@@ -52,7 +51,7 @@ def evaluate_set(
     model.eval()
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
-    prior = model.halting_prior(model.eval_steps) if hasattr(model, "halting_prior") else None
+    prior = model.halting_prior(model.eval_steps)
     frames, correct_by_step = [], []
     for start in range(0, len(eval_set.labels), batch_size):
         x = eval_set.inputs[start : start + batch_size].to(device)

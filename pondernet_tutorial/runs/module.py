@@ -144,9 +144,9 @@ class RunModule(PonderLitModule):
     def on_train_epoch_end(self) -> None:
         self.log_sums()  # a loader without a length
 
-    def stage_metrics(self) -> MetricCollection:
+    def stage_metrics(self, training: bool = False) -> MetricCollection:
         """The plain module's means, without the NaN check that makes the host wait at each update."""
-        names = super().stage_metrics().keys(keep_base=True)
+        names = super().stage_metrics(training).keys(keep_base=True)
         return MetricCollection(
             {name: MeanMetric(nan_strategy="disable") for name in names}, compute_groups=False
         )

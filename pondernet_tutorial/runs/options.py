@@ -7,8 +7,8 @@ flags, help, types and choices from those declarations, and ``TrainConfig.check`
 
 What the taught code declares is not repeated here. A step function's or a halting method's default is
 its constructor's (read from its source by :func:`constructor_defaults`, without importing it), and the
-domain of an equation's parameter is checked where the equation is taught (λ_p and N in
-:mod:`~pondernet_tutorial.halting`, β and the KL direction in :mod:`~pondernet_tutorial.losses`): an
+domain of an equation's parameter is checked where the equation is taught (λ_p, N, β and τ in
+:mod:`~pondernet_tutorial.halting`, the KL direction in :mod:`~pondernet_tutorial.methods.pondernet`): an
 option names that check by import path, imported only when a value is checked, so that this module and
 ``python -m pondernet_tutorial --help`` load no PyTorch. What belongs to the runs is declared here: the
 maxima of every size (:data:`MAX_WIDTH`, ...), the help lines, and which options a run folder's name shows
@@ -354,14 +354,14 @@ METHOD_OPTIONS: dict[str, dict[str, Option]] = {
             "beta": Option(
                 float,
                 help="β, weight of the KL regularisation, >= 0",
-                check="pondernet_tutorial.losses:check_beta",
+                check="pondernet_tutorial.halting:check_weight",
             ),
             "kl_direction": Option(
                 str,
                 help="p_prior = the paper's KL(p || p_G); prior_p = KL(p_G || p) as in the article's, labml's and "
                 "mildlyoverfitted's code",
-                choices=literal("pondernet_tutorial.losses:KL_DIRECTIONS"),
-                check="pondernet_tutorial.losses:check_kl_direction",
+                choices=literal("pondernet_tutorial.methods.pondernet:KL_DIRECTIONS"),
+                check="pondernet_tutorial.methods.pondernet:check_kl_direction",
             ),
             "renormalize_prior": Option(bool, help="renormalise the truncated geometric prior to sum to 1"),
             "halting_bias": _HALTING_BIAS,
@@ -386,7 +386,7 @@ METHOD_OPTIONS: dict[str, dict[str, Option]] = {
             "tau": Option(
                 float,
                 help="τ, weight of the ponder cost, >= 0",
-                check="pondernet_tutorial.methods.act:check_tau",
+                check="pondernet_tutorial.halting:check_weight",
             ),
             "epsilon": Option(
                 float,

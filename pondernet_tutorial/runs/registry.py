@@ -227,7 +227,7 @@ METHODS: dict[str, str] = {
     "act": "pondernet_tutorial.methods.act:ACT",
     "fixed": "pondernet_tutorial.methods.fixed:FixedSteps",
 }
-LOSSES = {"cross_entropy": "pondernet_tutorial.losses:per_sample_cross_entropy"}
+LOSSES = {"cross_entropy": "pondernet_tutorial.methods.base:per_sample_cross_entropy"}
 
 
 def import_path(path: str) -> Any:

@@ -46,9 +46,12 @@ class ParityStep(StepFunction):
     def __init__(self, n_elements: int, n_classes: int = 2, hidden_size: int = 128):
         super().__init__()
         self.n_elements, self.hidden_size = n_elements, hidden_size
-        self.cell = nn.GRUCell(n_elements, hidden_size)
+        self.cell = self.make_cell(n_elements, hidden_size)
         self.output_head = nn.Linear(hidden_size, n_classes)
         self.halting_head = nn.Linear(hidden_size, 1)
+
+    def make_cell(self, n_elements: int, hidden_size: int) -> nn.Module:
+        return nn.GRUCell(n_elements, hidden_size)  # h' = GRU(x, h)
 
     def encode(self, x: Tensor) -> Tensor:
         return check_vectors(x, self.n_elements)
@@ -57,20 +60,13 @@ class ParityStep(StepFunction):
         return context.new_zeros(context.shape[0], self.hidden_size)
 
     def step(self, context: Tensor, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        h_next = self.cell(context, h)  # h_{n+1} = GRU(x, h_n)
+        h_next = self.cell(context, h)  # h_{n+1} = cell(x, h_n)
         return self.output_head(h_next), self.halting_head(h_next).squeeze(1), h_next
 
 
 class ParityRNNStep(ParityStep):
     """The paper's step function: a simple (Elman) RNN cell of tanh units over a ``(B, n_elements)``
-    vector of −1/0/+1.
+    vector of −1/0/+1; the arguments are :class:`ParityStep`'s (the paper: 128 hidden units)."""
 
-    Args:
-        n_elements: length of the input vectors.
-        n_classes: 2 (even, odd).
-        hidden_size: tanh units (the paper: 128).
-    """
-
-    def __init__(self, n_elements: int, n_classes: int = 2, hidden_size: int = 128):
-        super().__init__(n_elements, n_classes, hidden_size)
-        self.cell = nn.RNNCell(n_elements, hidden_size, nonlinearity="tanh")  # h' = tanh(W_x x + W_h h + b)
+    def make_cell(self, n_elements: int, hidden_size: int) -> nn.Module:
+        return nn.RNNCell(n_elements, hidden_size, nonlinearity="tanh")  # h' = tanh(W_x x + W_h h + b)

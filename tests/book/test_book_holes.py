@@ -41,6 +41,16 @@ def test_a_failed_notebook_and_a_missing_value_fail_the_build_with_their_pages_n
         tool.fail_on_holes(app, None)
 
 
-def test_a_whole_book_passes():
-    app = type("App", (), {"book_holes": tool.HoleCollector()})()
-    tool.fail_on_holes(app, None)
+def test_warnings_that_are_no_holes_pass_the_build():
+    """A build whose warnings are neither a failed notebook nor a missing glued value passes, and so does
+    one that failed for another reason (Sphinx reports that error itself)."""
+    collector = tool.HoleCollector()
+    warn(collector, "an unrelated warning", "book/07_extrapolation", "other")
+    warn(collector, "duplicate label 'losses'", "book/04_losses", "ref")
+    assert (collector.failed, collector.missing) == ({}, {})
+    app = type("App", (), {"book_holes": collector})()
+    assert tool.fail_on_holes(app, None) is None
+    warn(collector, "No key 'steps' found in glue data for this document.", "book/07_extrapolation", "glue")
+    assert tool.fail_on_holes(app, RuntimeError("the build failed")) is None
+    with pytest.raises(tool.ExtensionError, match="steps"):
+        tool.fail_on_holes(app, None)

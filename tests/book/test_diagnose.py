@@ -45,7 +45,7 @@ def test_a_trained_model_in_eval_mode_and_its_lightning_module():
     # halting step, no distribution): diagnose must still read the full unroll's distribution, in
     # either mode, and leave the mode as it found it
     from pondernet_tutorial import ParityStep, PonderLitModule, PonderNet
-    from pondernet_tutorial.halting import expected_steps
+    from pondernet_tutorial.methods.base import expected_steps
 
     torch.manual_seed(0)
     module = PonderLitModule(PonderNet(ParityStep(n_elements=4, hidden_size=8), max_steps=5))

@@ -5,7 +5,9 @@ Deliberate breaks these tests catch (each was tried):
 - the halting unit of step N counted in R or p (``before`` as ``steps <= halt_step``): test_act_matches_loop;
 - halted samples kept in the computation: test_act_drops_halted_samples;
 - ``infer`` giving the last step's remainder to every halting step (``weight = 1 - total`` always):
-  test_act_matches_loop.
+  test_act_matches_loop;
+- ``act_weights`` with ``remainder`` detached (the full unroll's gradient then differs from the early
+  exit's): test_the_full_unroll_has_the_early_exits_gradients.
 """
 
 import pytest
@@ -82,6 +84,23 @@ def test_act_matches_loop(bias, epsilon):
         torch.testing.assert_close(prediction[b], ref["output"], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(early[b], ref["output"], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(p.sum(0), torch.ones(16))
+
+
+def test_the_full_unroll_has_the_early_exits_gradients():
+    """Training's unroll of every step, masked after T(x), backpropagates what the early exit would (its
+    answer and steps are test_act_matches_loop's)."""
+    torch.manual_seed(0)
+    act = ACT(GRUStep(bias=-1.0), max_steps=6, tau=0.05).eval()
+    x, y = torch.randn(64, 6) * 2, torch.randint(0, 3, (64,))
+    grads = []
+    for way in (act.infer, lambda x: act.answer(act(x))):  # early exit; full unroll masked after T(x)
+        act.zero_grad()
+        prediction, halt_step = way(x)
+        nn.functional.cross_entropy(prediction, y).backward()
+        grads.append({k: p.grad.clone() for k, p in act.named_parameters()})
+    assert halt_step.float().std() > 0.3  # T(x) varies over the batch
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-5, atol=1e-7)
 
 
 class TableStep(StepFunction):

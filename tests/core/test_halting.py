@@ -3,13 +3,13 @@ import torch
 
 from pondernet_tutorial.halting import (
     constant_lambda_distribution,
-    expected_steps,
     geometric_prior,
     halting_uniforms,
     log_geometric_prior,
-    log_halting_distribution,
     sample_halting_step,
 )
+from pondernet_tutorial.methods.base import expected_steps
+from pondernet_tutorial.methods.pondernet import log_halting_distribution
 
 
 def naive_p(lam: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,9 @@ Deliberate breaks these tests catch (each was tried):
 - a ``match`` statement in a module, with ``requires-python >= 3.9``: test_requires_python_is_true;
 - ``halting.py`` importing ``MAX_STEPS`` from ``runs/options.py``, and ``steps/parity.py`` importing
   ``STEPS`` from ``runs/registry.py`` inside a function: test_the_taught_code_knows_no_names;
-- a blank line added to methods/base.py (81 lines): test_the_taught_files_keep_their_budgets;
+- a blank line added to methods/base.py (108 lines): test_the_taught_files_keep_their_budgets;
+- ``PonderNet.log_p`` calling ``halting.first_halt`` again (the ε rule), and ``step_values`` computing
+  ``p = self.model.weights(out)`` again: test_a_ponder_net_training_step_reads_in_four_files;
 - ``runs/cli.py`` importing ``count`` from ``analysis/notebook.py`` again:
   test_the_run_machinery_imports_nothing_of_analysis.
 """
@@ -32,7 +34,6 @@ CORE = (
     "checkpointing",
     "minimal",
     "halting",
-    "losses",
     "lightning_module",
     "fitting",
     "steps",
@@ -113,7 +114,7 @@ def knows_names(module: str) -> bool:
 
 @pytest.mark.parametrize("name", TAUGHT)
 def test_the_taught_code_knows_no_names(name):
-    """No module of the taught code (minimal, halting, losses, steps/, methods/, data/, lightning_module,
+    """No module of the taught code (minimal, halting, steps/, methods/, data/, lightning_module,
     fitting) imports runs/, analysis/, the registry of names or the option declarations: a step function's
     or a method's constructor is its declaration, and the names belong to runs/."""
     found = sorted(t for t in imports_of(FILES[name]) if knows_names(t))
@@ -172,7 +173,7 @@ def test_the_minimal_ponder_net_and_the_generators_load_no_lightning():
         "from pondernet_tutorial.data.parity import parity_batch\n"
         "from pondernet_tutorial.data.pointer import pointer_batch\n"
         "from pondernet_tutorial.data.mnist import load_mnist, rotate\n"
-        "import pondernet_tutorial.halting, pondernet_tutorial.losses, pondernet_tutorial.methods.pondernet\n"
+        "import pondernet_tutorial.halting, pondernet_tutorial.methods.pondernet\n"
         "train_on_parity(MinimalPonderNet(8, 2, 16, 5), 1)\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning', 'torchmetrics')))\n"
     )
@@ -200,15 +201,48 @@ def test_fit_is_the_standard_way_in_at_most_20_lines():
     assert code_lines(fit) <= 20, code_lines(fit)
 
 
-# The most lines each file of a training step may hold (issue 30): the method, its base class and the
-# LightningModule stay short enough to read in one sitting.
-BUDGETS = {"methods.pondernet": 150, "methods.base": 80, "lightning_module": 150}
+# The most lines each file of a training step may hold (issue 30): the base class and the LightningModule
+# stay short enough to read in one sitting. PonderNet's file has no cap (issue 41): it holds every one of
+# its equations, and a reader pays in files, not lines (the next test).
+BUDGETS = {"methods.base": 107, "lightning_module": 150}
 
 
 @pytest.mark.parametrize("name", BUDGETS)
 def test_the_taught_files_keep_their_budgets(name):
     lines = len(FILES[f"pondernet_tutorial.{name}"].read_text().splitlines())
     assert lines <= BUDGETS[name], f"{name} holds {lines} lines, its budget is {BUDGETS[name]}"
+
+
+def test_a_ponder_net_training_step_reads_in_four_files():
+    """One PonderNet training step on parity (the unroll, p_n with the ε rule, the loss, E[n] and the
+    expected accuracy) runs code of four files of the package: the LightningModule, PonderNet's file,
+    the methods' base and the parity step function; and computes p_n once (the ε rule reads the
+    untruncated p_n first, so ``log_halting_distribution`` runs twice)."""
+    import torch
+
+    from pondernet_tutorial.lightning_module import PonderLitModule
+    from pondernet_tutorial.methods.pondernet import PonderNet
+    from pondernet_tutorial.steps.parity import ParityStep
+
+    module = PonderLitModule(PonderNet(ParityStep(8, hidden_size=8), max_steps=5, train_epsilon=0.05))
+    batch = (torch.randint(-1, 2, (16, 8)).float(), torch.randint(0, 2, (16,)))
+    calls = []
+
+    def called(frame, event, arg):
+        path = Path(frame.f_code.co_filename)
+        if event == "call" and PACKAGE in path.parents:
+            calls.append((path.relative_to(PACKAGE).as_posix(), frame.f_code.co_name))
+
+    sys.setprofile(called)
+    try:
+        module.training_step(batch, 0).backward()
+    finally:
+        sys.setprofile(None)
+    files = {file for file, _ in calls}
+    assert files == {"lightning_module.py", "methods/pondernet.py", "methods/base.py", "steps/parity.py"}, (
+        files
+    )
+    assert [name for _, name in calls].count("log_halting_distribution") == 2
 
 
 def test_requires_python_is_true():

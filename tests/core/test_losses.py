@@ -3,8 +3,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pondernet_tutorial.halting import geometric_prior, log_halting_distribution
-from pondernet_tutorial.losses import PonderLoss, ReconstructionLoss, RegularizationLoss
+from pondernet_tutorial.halting import geometric_prior
+from pondernet_tutorial.methods.pondernet import (
+    PonderLoss,
+    ReconstructionLoss,
+    RegularizationLoss,
+    log_halting_distribution,
+)
 
 N, B, C = 7, 16, 10
 

@@ -3,9 +3,8 @@
 import pytest
 import torch
 
-from pondernet_tutorial.halting import log_halting_distribution, sample_halting_step
-from pondernet_tutorial.losses import PonderLoss
-from pondernet_tutorial.methods.pondernet import PonderNet
+from pondernet_tutorial.halting import sample_halting_step
+from pondernet_tutorial.methods.pondernet import PonderLoss, PonderNet, log_halting_distribution
 from pondernet_tutorial.minimal import (
     MinimalPonderNet,
     halting_log_p,

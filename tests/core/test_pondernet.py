@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch import nn
 
-from pondernet_tutorial.halting import MAX_STEPS, log_halting_distribution
+from pondernet_tutorial.halting import MAX_STEPS
 from pondernet_tutorial.methods.act import ACT
 from pondernet_tutorial.methods.fixed import FixedSteps
-from pondernet_tutorial.methods.pondernet import PonderNet
+from pondernet_tutorial.methods.pondernet import PonderNet, log_halting_distribution
 from pondernet_tutorial.steps.base import StepFunction
 from pondernet_tutorial.steps.mnist import MNISTStep
 from pondernet_tutorial.steps.parity import ParityStep

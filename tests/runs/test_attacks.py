@@ -647,6 +647,7 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
+@pytest.mark.slow
 def test_a_file_size_limit_while_checkpointing_names_the_checkpoint_not_a_staging_file(tmp_path):
     """Files of at most 16 KiB (RLIMIT_FSIZE): the logs, resume.json and metadata fit, Lightning's
     checkpoints do not. Before: Lightning staged each checkpoint in $TMPDIR (fsspec's transaction) and the

@@ -141,26 +141,26 @@ def test_each_range_check_lives_where_its_equation_is_taught():
     """The configuration and the command line check an option of a halting method with the function of
     the module that teaches its equation (named by import path, so that --help loads no PyTorch), the
     function the class itself calls: one message, wherever the value comes from."""
-    from pondernet_tutorial import halting, losses
-    from pondernet_tutorial.methods import act
+    from pondernet_tutorial import halting
+    from pondernet_tutorial.methods import pondernet
     from pondernet_tutorial.runs.options import METHOD_OPTIONS
     from pondernet_tutorial.runs.registry import import_path
 
     taught = {
         ("pondernet", "lambda_p"): halting.check_lambda_p,
-        ("pondernet", "beta"): losses.check_beta,
-        ("pondernet", "kl_direction"): losses.check_kl_direction,
+        ("pondernet", "beta"): halting.check_weight,
+        ("pondernet", "kl_direction"): pondernet.check_kl_direction,
         ("pondernet", "train_epsilon"): halting.check_epsilon,
-        ("act", "tau"): act.check_tau,
+        ("act", "tau"): halting.check_weight,
         ("act", "epsilon"): halting.check_epsilon,
     }
     for (method, name), check in taught.items():
         assert import_path(METHOD_OPTIONS[method][name].check) is check, (method, name)
-    assert METHOD_OPTIONS["pondernet"]["kl_direction"].choices == losses.KL_DIRECTIONS  # read, not copied
+    assert METHOD_OPTIONS["pondernet"]["kl_direction"].choices == pondernet.KL_DIRECTIONS  # read, not copied
     with pytest.raises(ValueError) as from_config:
         TrainConfig(lambda_p=1.5)
     with pytest.raises(ValueError) as from_loss:
-        losses.PonderLoss(lambda_p=1.5, max_steps=20)
+        pondernet.PonderLoss(lambda_p=1.5, max_steps=20)
     assert str(from_config.value) == str(from_loss.value)
 
 
