@@ -368,7 +368,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
                     ) from None
                 if not resume or history.started:
                     raise
-                cannot_continue(run_dir, error)
+                cannot_continue(run_dir, f"Lightning could not restore it: {error}")
                 resume = False
                 datamodule, module = prepare()
         wall = time.perf_counter() - start

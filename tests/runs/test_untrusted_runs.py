@@ -258,7 +258,7 @@ def test_a_restore_that_fails_inside_lightning_is_one_line_and_trained_again(tmp
         checkpoint["loops"]["fit_loop"] = 5
 
     edit_last(config, damaged_loop)
-    resumes_again(config, capsys, "")
+    resumes_again(config, capsys, "(Lightning could not restore it: ")
 
 
 def test_13_an_optimizer_state_of_another_shape_is_one_line_and_trained_again(tmp_path, monkeypatch, capsys):
