@@ -347,6 +347,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
                     best=FolderCheckpoint(
                         checkpoints, BEST, monitor=config.select_by, mode=mode(config.select_by)
                     ),
+                    # the file resumable() checked (ckpt_path="last" takes the newest last*.ckpt by its time)
                     ckpt_path=last_checkpoint(checkpoints) if resume else None,
                     # last.ckpt after every epoch (not save_last=True: Lightning then writes it only
                     # in the epochs that improve the best): what a resumed run reads

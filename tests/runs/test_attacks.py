@@ -710,3 +710,21 @@ def test_a_checkpoint_left_half_written_by_a_killed_process_keeps_the_run_resuma
     (checkpoints / ".other.ckpt.1-0a.tmp").write_bytes(b"x")
     with pytest.raises(CheckpointError, match="not a checkpoint of the run"):
         _check_unfinished_folder(tmp_path / "run")
+
+
+def test_an_unfinished_folder_with_a_stranger_or_too_many_entries_is_not_resumed(tmp_path):
+    """A file that no run writes (a planted evaluation.json would outlive the resumed run as its
+    result), or more entries than a run writes (a walk without end), is refused before resuming."""
+    from pondernet_tutorial.runs.resume import MAX_ENTRIES, _check_unfinished_folder
+
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    _check_unfinished_folder(run)
+    (run / "evaluation.json").write_text("{}")
+    with pytest.raises(CheckpointError, match="evaluation.json is not a file of an unfinished run"):
+        _check_unfinished_folder(run)
+    (run / "evaluation.json").unlink()
+    for i in range(MAX_ENTRIES + 1):
+        (run / "logs" / str(i)).touch()
+    with pytest.raises(CheckpointError, match="more than 10,000 files"):
+        _check_unfinished_folder(run)

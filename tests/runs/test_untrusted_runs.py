@@ -189,6 +189,10 @@ def other_hparams(checkpoint):
     checkpoint["datamodule_hyper_parameters"]["seed"] = 99
 
 
+def other_data_hparams(checkpoint):
+    checkpoint["datamodule_hyper_parameters"]["seed"] = 99
+
+
 def truncate(last: Path):
     last.write_bytes(last.read_bytes()[:5000])
 
@@ -229,6 +233,7 @@ def history_lost(last: Path):
     "damage, reason",
     [
         (other_hparams, "model hyperparameters are not this configuration's"),  # row 9
+        (other_data_hparams, "data hyperparameters are not this configuration's"),
         (pickle_gadget, "not a weights-only checkpoint"),  # 11
         (truncate, "not a weights-only checkpoint"),  # 12
         (other_shape, "size mismatch"),  # 13, in Lightning's restore
