@@ -96,7 +96,7 @@ def read_history(logs: Path) -> list[dict]:
     trained again. Every file is read bounded and must hold numbers.
 
     Raises:
-        CheckpointError: a metrics file is not a table of numbers with a whole epoch in each row.
+        CheckpointError: a metrics file is not a table of numbers by epoch.
         DamagedFileError: a metrics file is not a regular file of bounded size (an ``OSError``).
     """
     import pandas as pd
