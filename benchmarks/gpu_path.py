@@ -207,7 +207,9 @@ def second_fit_check() -> dict:
 def capture_check_cuda() -> dict:
     from pondernet_tutorial.data.parity import parity_batch
     from pondernet_tutorial.data.pointer import pointer_batch
-    from pondernet_tutorial.runs.cuda_graph import capture_hazards
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))  # the checker lives beside its test
+    from capture_check import capture_hazards
 
     steps = {
         "parity_gru": ({"n_elements": 16, "hidden_size": 64}, 2, lambda: parity_batch(128, 16, (1, 16))[:2]),

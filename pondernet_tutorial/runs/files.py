@@ -187,15 +187,6 @@ def write_csv(path: str | os.PathLike, frame, **to_csv_options) -> Path:
     return path
 
 
-def torch_save(obj, path: str | os.PathLike) -> Path:
-    """``torch.save`` to ``path``, whole."""
-    import torch
-
-    with atomic_file(path, "wb") as handle:
-        torch.save(obj, handle)
-    return Path(path)
-
-
 # tables (history.csv, the evaluation and study tables, per_sample.csv.gz): the largest shipped one holds
 # 4.5 MB gzipped, about 40 MB of text; a table 6 times bigger is not one the package wrote (and a table
 # within the bound is read in seconds)

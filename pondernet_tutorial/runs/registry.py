@@ -354,11 +354,6 @@ def describe_component(obj, registry: dict[str, str], kind: str):
     return path
 
 
-def step_class(name: str):
-    """The step function class registered as ``name`` (or at an import path ``module:Class``)."""
-    return resolve_component(name, STEPS, "step function")
-
-
 def method_class(name: str):
     """The halting method registered as ``name``."""
     if name not in METHODS:

@@ -8,7 +8,8 @@ own ``checkpoints/``, read weights-only, with this configuration's hyperparamete
 shapes (:func:`read_checkpoint`, :func:`_check_last_checkpoint`). What Lightning restores holds no
 path: :class:`~pondernet_tutorial.checkpointing.FolderCheckpoint` (``fit``'s own) finds the best
 epoch's file by its name in its own folder. No file in the folder may have a second name (a hard link):
-the logger rewrites its files in place.
+a logger rewrites its files in place. The history of the epochs before the checkpoint is the csv
+logger's of the earlier processes (:func:`read_history`), read as numbers and checked to hold them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 from ..checkpointing import CheckedCheckpointIO, read_checkpoint_file
 from ..untrusted import CheckpointError
 from .config import WEIGHTS, TrainConfig, _plain, identity_differences
-from .files import atomic_file, read_json
+from .files import atomic_file, read_json, read_table
 from .options import MAX_PARAMETERS
 from .processes import is_rank_zero
 
@@ -82,6 +83,53 @@ CHECKPOINT_NAME = re.compile(r"(best|last)(-v\d+)?\.ckpt")
 # one of them being written whole (files.atomic_file) when its process was killed: removed by the next write
 CHECKPOINT_TEMP = re.compile(r"\.(best|last)(-v\d+)?\.ckpt\.\d+-[0-9a-f]+\.tmp")
 MAX_ENTRIES = 10_000  # files in an unfinished run's folder: a few checkpoints and log files
+
+
+CLOCK = ("epoch_time_s", "train_time_s", "lr")  # EpochClock's columns, after the epoch and before the metrics
+
+
+def read_history(logs: Path) -> list[dict]:
+    """The run's history, one row per epoch (its epoch, :data:`CLOCK`, and every ``train/`` and ``val/``
+    metric), from the ``metrics.csv`` that Lightning's csv logger writes in ``logs/version_<n>/``, one
+    folder per process that trained the run (a resumed run has several). Each epoch is taken from the
+    last process that logged it: a process killed mid-epoch logged part of an epoch that the next one
+    trained again. Every file is read bounded and must hold numbers.
+
+    Raises:
+        CheckpointError: a metrics file is not a table of numbers by epoch.
+        DamagedFileError: a metrics file is not a regular file of bounded size (an ``OSError``).
+    """
+    import pandas as pd
+
+    sittings = sorted(
+        (int(match[1]), path / "metrics.csv")
+        for path in (logs.iterdir() if logs.is_dir() else ())
+        if (match := re.fullmatch(r"version_(\d{1,9})", path.name))
+    )
+    rows: dict[int, dict] = {}
+    for _, path in sittings:
+        if not path.exists():
+            continue
+        table = read_table(path, float_precision="round_trip")
+        metrics = sorted(c for c in table.columns if str(c).startswith(("train/", "val/")))
+        columns = [c for c in ("epoch", *CLOCK) if c in table] + metrics
+        epochs = table.get("epoch", pd.Series(dtype=float)).dropna()
+        if (
+            "epoch" not in table
+            or not all(pd.api.types.is_numeric_dtype(table[c]) for c in columns)
+            or not ((epochs >= 0) & (epochs % 1 == 0) & (epochs < 2**31)).all()
+        ):
+            raise CheckpointError(f"its history {path.relative_to(logs)} is not a table of numbers by epoch")
+        merged = table[columns].dropna(subset=["epoch"]).groupby("epoch", sort=True).first()
+        if len(merged):
+            for epoch in [e for e in rows if e >= merged.index.min()]:  # trained again by this process
+                del rows[epoch]
+        for epoch, values in merged.iterrows():
+            rows[int(epoch)] = {
+                "epoch": int(epoch),
+                **{k: float(v) for k, v in values.items() if pd.notna(v)},
+            }
+    return [rows[epoch] for epoch in sorted(rows)]
 
 
 def cannot_continue(run_dir: Path, reason) -> None:
@@ -153,6 +201,14 @@ def _check_last_checkpoint(run_dir: Path, config: TrainConfig, datamodule, modul
         if not isinstance(saved, dict) or _plain(dict(saved)) != _plain(dict(expected)):
             differences = "; ".join(identity_differences(dict(saved or {}), dict(expected)))
             raise CheckpointError(f"its {what} hyperparameters are not this configuration's: {differences}")
+    epochs = checkpoint.get("epoch")
+    history = read_history(run_dir / "logs")
+    if not isinstance(epochs, int) or [row["epoch"] for row in history[: epochs + 1]] != list(
+        range(epochs + 1)
+    ):
+        raise CheckpointError(f"its history does not hold epochs 0 to {epochs}, which its last.ckpt trained")
+    if any(row.keys() != history[0].keys() for row in history[: epochs + 1]):
+        raise CheckpointError("its history lacks values of the epochs of its last.ckpt")
     parameters = [tuple(p.shape) for p in module.parameters()]
     for optimizer in checkpoint.get("optimizer_states") or []:  # Lightning restores them unchecked
         state = optimizer.get("state", {}) if isinstance(optimizer, dict) else None

@@ -333,6 +333,7 @@ def _run_all(arguments: list[tuple], jobs: int) -> list[dict]:
 
         from .processes import end_with_parent
 
+        others = set(multiprocessing.active_children())  # children that are not the pool's
         with ProcessPoolExecutor(
             jobs,
             mp_context=multiprocessing.get_context("spawn"),
@@ -340,7 +341,8 @@ def _run_all(arguments: list[tuple], jobs: int) -> list[dict]:
             initargs=(os.getpid(),),
         ) as pool:
             results = pool.map(_run_one_in_worker, *zip(*first))
-            workers = list((pool._processes or {}).values())  # started by the first submission
+            # the pool's workers, started by the submissions
+            workers = [p for p in multiprocessing.active_children() if p not in others]
             try:
                 records = list(results)
                 busy = [a for a, r in zip(arguments, records) if r.get("done") == "busy"]

@@ -2,7 +2,7 @@
 
 ``train(TrainConfig(experiment="mnist-extrapolation", seed=0))`` trains the reference PonderNet on
 digits rotated within ±22.5°. The run folder (:attr:`TrainConfig.run_dir`) gets ``history.csv`` (one
-row per epoch), ``metadata.json`` (the configuration and its identity, stopping, timing, hardware,
+row per epoch, from Lightning's csv logger in ``logs/``), ``metadata.json`` (the configuration and its identity, stopping, timing, hardware,
 versions; no path of the machine) and, last, ``model.safetensors`` (weights only, the epoch with the best
 validation accuracy, picked by Lightning's ``ModelCheckpoint``). Each file is written whole, and one
 process at a time trains into a folder (:mod:`~pondernet_tutorial.runs.files`). A run counts as finished
@@ -48,38 +48,33 @@ from .files import (
 )
 from .module import RunModule
 from .processes import end_with_parent, is_rank_zero, mark_parent, stop_on_signals
-from .resume import BEST, LAST, RESUME_FILE, RunCheckpointIO, cannot_continue, last_checkpoint, resumable
+from .resume import (
+    BEST,
+    LAST,
+    RESUME_FILE,
+    RunCheckpointIO,
+    cannot_continue,
+    last_checkpoint,
+    read_history,
+    resumable,
+)
 
 # Paths of the machine that trained a run: never recorded in its metadata (results are shared).
 MACHINE_FIELDS = ("data_dir", "output_dir")
 
 
-class History(Callback):
-    """One row per epoch: every ``train/`` and ``val/`` metric, the learning rate, the epoch's wall
-    time (training and validation) and its training steps' own (``train_time_s``, up to the start of
-    the validation). Written to ``history.csv`` whatever the logger."""
+class EpochClock(Callback):
+    """Each epoch's wall time (training and validation, ``epoch_time_s``), its training steps' own
+    (``train_time_s``, up to the start of the validation) and the learning rate, logged to the run's
+    loggers beside the module's metrics. :attr:`first_epoch`: the first epoch this process trains (the
+    epochs before it were restored from a checkpoint), set once everything restored has been restored."""
 
     def __init__(self):
-        self.rows: list[dict] = []
-        self.restored = 0  # rows restored from a checkpoint (a resumed run)
-        self.started = False
+        self.first_epoch: int | None = None
         self._start = self._trained = None  # this epoch's start; its training steps' time
 
-    def state_dict(self) -> dict:
-        return {"rows": [dict(row) for row in self.rows]}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        rows = state_dict.get("rows", [])
-        if not isinstance(rows, list) or not all(
-            isinstance(row, dict) and all(isinstance(v, (int, float, type(None))) for v in row.values())
-            for row in rows
-        ):
-            raise ValueError("its history is not a list of rows of numbers")
-        self.rows = [dict(row) for row in rows]
-        self.restored = len(self.rows)
-
     def on_train_start(self, trainer, pl_module):
-        self.started = True  # everything a resumed run restores has been restored
+        self.first_epoch = trainer.current_epoch
 
     def on_train_epoch_start(self, trainer, pl_module):
         self._start, self._trained = time.perf_counter(), None
@@ -100,11 +95,11 @@ class History(Callback):
         now = self._now(pl_module) - self._start
         row = {"epoch": trainer.current_epoch, "epoch_time_s": round(now, 3)}
         row["train_time_s"] = round(self._trained if self._trained is not None else now, 3)
-        row["lr"] = float(trainer.optimizers[0].param_groups[0]["lr"]) if trainer.optimizers else None
-        for name, value in sorted(trainer.callback_metrics.items()):
-            if name.startswith(("train/", "val/")):
-                row[name] = float(value)
-        self.rows.append(row)
+        if trainer.optimizers:
+            row["lr"] = float(trainer.optimizers[0].param_groups[0]["lr"])
+        for logger in trainer.loggers:
+            logger.log_metrics(row, step=trainer.global_step)
+            logger.save()
 
 
 # The training engine's version, recorded in every run's metadata: 1 flipped coins in training and
@@ -114,20 +109,24 @@ class History(Callback):
 ENGINE_VERSION = 2
 
 
-def make_logger(config: TrainConfig, save_dir: Path):
-    """The configured logger, offline: csv (default), tensorboard or wandb (``offline=True``)."""
+def make_loggers(config: TrainConfig, save_dir: Path) -> list:
+    """The run's loggers, offline: Lightning's csv logger, always (``version_<n>/metrics.csv``, one
+    folder per process that trains the run: the history, :func:`~.resume.read_history`), and the
+    configured one besides: tensorboard or wandb (``offline=True``)."""
     from lightning.pytorch import loggers
 
+    csv = loggers.CSVLogger(save_dir, name="")
     if config.logger == "tensorboard":
-        return loggers.TensorBoardLogger(save_dir, name="", version="")
+        return [csv, loggers.TensorBoardLogger(save_dir, name="", version="")]
     if config.logger == "wandb":
-        return loggers.WandbLogger(
-            project="pondernet-tutorial",
-            save_dir=str(save_dir),
-            name=f"{config.experiment}-{config.variant}-seed{config.seed}",
-            offline=True,
-        )
-    return loggers.CSVLogger(save_dir, name="", version="")
+        name = f"{config.experiment}-{config.variant}-seed{config.seed}"
+        return [
+            csv,
+            loggers.WandbLogger(
+                project="pondernet-tutorial", save_dir=str(save_dir), name=name, offline=True
+            ),
+        ]
+    return [csv]
 
 
 class MissingPackageError(ValueError):
@@ -224,6 +223,9 @@ def trainer_options(config: TrainConfig) -> dict:
         "enable_model_summary": False,
         "deterministic": "warn",  # exact on the CPU; warns instead of failing on GPU ops without a deterministic kernel
         "num_sanity_val_steps": 0,
+        # the module logs its training means once, at an epoch's last batch: every step may reach the
+        # loggers (a step that logs nothing costs nothing)
+        "log_every_n_steps": 1,
     }
 
 
@@ -242,14 +244,8 @@ def check_trainer(config: TrainConfig) -> L.Trainer:
 
 # What the package's own use of Lightning prints and a user cannot act on, silenced by its exact words
 # (every other warning and message is kept): Lightning's advertisement for its cloud logger and its
-# device lines, PyTorch's deprecation of the LeafSpec that Lightning itself calls, and the
-# logging-interval warning that the package's small quick and subset runs (fewer batches than
-# log_every_n_steps) cause.
-NOISE_WARNINGS = (
-    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-    r"`LeafSpec` is deprecated",
-    r"The number of training batches \(\d+\) is smaller than the logging interval Trainer\(log_every_n_steps=",
-)
+# device lines, and PyTorch's deprecation of the LeafSpec that Lightning itself calls.
+NOISE_WARNINGS = (r"`isinstance\(treespec, LeafSpec\)` is deprecated", r"`LeafSpec` is deprecated")
 NOISE_LOGS = (
     re.compile(r"Tip: For seamless cloud logging .*litlogger"),
     # Lightning's start-up lines, once per Trainer (twice per `train`: training, then evaluation); the
@@ -338,7 +334,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
                 run_dir.mkdir(parents=True, exist_ok=True)
                 write_json(run_dir / RESUME_FILE, {"identity": config.identity()})
                 mark_parent()  # the ranks that fit() starts end with this process
-            history, logger = History(), None
+            clock, loggers = EpochClock(), None
             try:
                 checkpoints = run_dir / "checkpoints"
                 trainer, best_epoch = fit(
@@ -351,11 +347,12 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
                     best=FolderCheckpoint(
                         checkpoints, BEST, monitor=config.select_by, mode=mode(config.select_by)
                     ),
+                    # the file resumable() checked (ckpt_path="last" takes the newest last*.ckpt by its time)
                     ckpt_path=last_checkpoint(checkpoints) if resume else None,
                     # last.ckpt after every epoch (not save_last=True: Lightning then writes it only
                     # in the epochs that improve the best): what a resumed run reads
-                    callbacks=[FolderCheckpoint(checkpoints, LAST, enable_version_counter=False), history],
-                    logger=(logger := make_logger(config, run_dir / "logs")),
+                    callbacks=[FolderCheckpoint(checkpoints, LAST, enable_version_counter=False), clock],
+                    logger=(loggers := make_loggers(config, run_dir / "logs")),
                     checkpoint_io=RunCheckpointIO(checkpoint_bound(module)),
                     **trainer_options(config),
                 )
@@ -364,32 +361,34 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
                 if is_write_refusal(error) and not isinstance(error, WriteFailedError):
                     # the logger's own write (no file name in the error): name its file in the run folder
                     raise write_failed(
-                        error, error.filename or _log_file(logger, run_dir / "logs"), whole=False
+                        error, error.filename or _log_file(loggers, run_dir / "logs"), whole=False
                     ) from None
-                if not resume or history.started:
+                if not resume or clock.first_epoch is not None:
                     raise
-                cannot_continue(run_dir, error)
+                cannot_continue(run_dir, f"Lightning could not restore it: {error}")
                 resume = False
                 datamodule, module = prepare()
         wall = time.perf_counter() - start
         if not trainer.is_global_zero:
             return module, None
 
-        write_csv(run_dir / "history.csv", pd.DataFrame(history.rows), index=False)
-        epoch_times = [row["epoch_time_s"] for row in history.rows]
-        train_times = [row.get("train_time_s", row["epoch_time_s"]) for row in history.rows]
-        wall += sum(epoch_times[: history.restored])  # a resumed run: the epochs of earlier processes
+        rows = read_history(run_dir / "logs")
+        write_csv(run_dir / "history.csv", pd.DataFrame(rows), index=False)
+        restored = len(rows) if clock.first_epoch is None else clock.first_epoch  # by earlier processes
+        epoch_times = [row["epoch_time_s"] for row in rows]
+        train_times = [row.get("train_time_s", row["epoch_time_s"]) for row in rows]
+        wall += sum(epoch_times[:restored])  # a resumed run: the epochs of earlier processes
         n_train = getattr(datamodule, "train_size", None)
         metadata = {
             "identity": config.identity(),
             "config": recorded_config(config),
             "hparams": dict(module.hparams),
-            "epochs_run": len(history.rows),
+            "epochs_run": len(rows),
             "best_epoch": best_epoch,
-            "best_val_acc": history.rows[best_epoch].get("val/acc") if history.rows else None,
-            "stopped_by": _stopping_reason(trainer.early_stopping_callback, len(history.rows), config.epochs),
+            "best_val_acc": rows[best_epoch].get("val/acc") if rows else None,
+            "stopped_by": _stopping_reason(trainer.early_stopping_callback, len(rows), config.epochs),
             "wall_time_s": round(wall, 1),
-            "resumed": history.restored > 0,
+            "resumed": restored > 0,
             "epoch_times_s": epoch_times,
             "train_samples_per_epoch": n_train,
             # the training steps' own speed (validation left out) in the median epoch: the first one
@@ -424,11 +423,12 @@ class RunExistsError(FileExistsError):
         self.command_line = f"{run_dir} {why}; pass --overwrite to train it again."
 
 
-def _log_file(logger, folder: Path) -> Path:
-    """The file that ``logger`` writes in ``folder`` (the csv logger's metrics.csv), else the folder."""
+def _log_file(loggers, folder: Path) -> Path:
+    """The file that the csv logger among ``loggers`` writes (its metrics.csv), else ``folder``."""
     from lightning.pytorch.loggers import CSVLogger
 
-    return folder / "metrics.csv" if isinstance(logger, CSVLogger) else folder
+    csv = next((logger for logger in loggers or () if isinstance(logger, CSVLogger)), None)
+    return Path(csv.log_dir) / "metrics.csv" if csv is not None else folder
 
 
 def check_inside(run_dir: Path, output_dir) -> None:

@@ -46,7 +46,7 @@ def send_at_first_epoch(monkeypatch, signum):
     def send(self, trainer, pl_module):
         os.kill(os.getpid(), signum)
 
-    monkeypatch.setattr(training.History, "on_train_epoch_start", send)
+    monkeypatch.setattr(training.EpochClock, "on_train_epoch_start", send)
 
 
 @pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: s.name)
@@ -600,7 +600,7 @@ def test_train_prints_none_of_the_noise_the_package_causes_and_keeps_real_warnin
     import logging
     import warnings
 
-    start = training.History.on_train_epoch_start
+    start = training.EpochClock.on_train_epoch_start
 
     def warn(self, trainer, pl_module):
         warnings.warn("a real warning", UserWarning, stacklevel=2)
@@ -609,7 +609,7 @@ def test_train_prints_none_of_the_noise_the_package_causes_and_keeps_real_warnin
     before = list(warnings.filters)
     with warnings.catch_warnings(record=True) as caught, pytest.MonkeyPatch.context() as patch:
         warnings.simplefilter("always")
-        patch.setattr(training.History, "on_train_epoch_start", warn)
+        patch.setattr(training.EpochClock, "on_train_epoch_start", warn)
         caplog.set_level(logging.INFO)
         train(tiny(tmp_path))
     messages = [str(w.message) for w in caught]
@@ -680,7 +680,7 @@ def test_a_logger_write_that_names_no_file_names_its_file_in_the_run_folder(tmp_
     monkeypatch.setattr(csv_logs._ExperimentWriter, "save", refuse)
     assert cli.main(["train", *map(str, TINY_ARGS), "--output-dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    metrics = test_faults.tiny(tmp_path).run_dir / "logs" / "metrics.csv"
+    metrics = test_faults.tiny(tmp_path).run_dir / "logs" / "version_0" / "metrics.csv"
     assert err[-1].startswith(f"error: could not use {metrics} (No space left on device; "), err[-1]
     assert "MiB free" in err[-1] and leftovers(tmp_path) == []
 
@@ -711,3 +711,21 @@ def test_a_checkpoint_left_half_written_by_a_killed_process_keeps_the_run_resuma
     (checkpoints / ".other.ckpt.1-0a.tmp").write_bytes(b"x")
     with pytest.raises(CheckpointError, match="not a checkpoint of the run"):
         _check_unfinished_folder(tmp_path / "run")
+
+
+def test_an_unfinished_folder_with_a_stranger_or_too_many_entries_is_not_resumed(tmp_path):
+    """A file that no run writes (a planted evaluation.json would outlive the resumed run as its
+    result), or more entries than a run writes (a walk without end), is refused before resuming."""
+    from pondernet_tutorial.runs.resume import MAX_ENTRIES, _check_unfinished_folder
+
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    _check_unfinished_folder(run)
+    (run / "evaluation.json").write_text("{}")
+    with pytest.raises(CheckpointError, match="evaluation.json is not a file of an unfinished run"):
+        _check_unfinished_folder(run)
+    (run / "evaluation.json").unlink()
+    for i in range(MAX_ENTRIES + 1):
+        (run / "logs" / str(i)).touch()
+    with pytest.raises(CheckpointError, match="more than 10,000 files"):
+        _check_unfinished_folder(run)

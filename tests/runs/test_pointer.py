@@ -21,7 +21,6 @@ from pondernet_tutorial.data.pointer import END_PROB, pointer_batch
 from pondernet_tutorial.methods.pondernet import PonderNet
 from pondernet_tutorial.runs.config import WEIGHTS, TrainConfig
 from pondernet_tutorial.runs.evaluation import evaluate_run
-from pondernet_tutorial.runs.registry import step_class
 from pondernet_tutorial.runs.training import train
 from pondernet_tutorial.steps.pointer import PointerStep
 
@@ -110,7 +109,7 @@ def test_bad_arguments():
 
 
 def test_step_shapes_and_halting_head():
-    step = step_class("pointer_attention")(n_slots=8, n_classes=8, hidden_size=12, key_size=6)
+    step = PointerStep(n_slots=8, n_classes=8, hidden_size=12, key_size=6)
     x, _, _ = pointer_batch(5, 8, (1, 6))
     keys, values = step.encode(x)
     assert keys.shape == values.shape == (5, 8, 6)

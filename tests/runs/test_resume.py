@@ -4,7 +4,7 @@ trained in one go would: the same weights, the same history, the same best epoch
 Deliberate breaks these tests catch (each was tried):
 - the data module's generator state not restored (``load_state_dict`` a no-op): the resumed run draws
   the batches of epoch 1 again, and its weights differ;
-- ``History`` without its state: the resumed history lacks the first epochs;
+- the history read from the last process's csv log alone: the resumed history lacks the first epochs;
 - ``train()`` deleting an unfinished folder as before (no resume): the run trains from epoch 0, and
   the test that counts the epochs trained after the stop fails;
 - ``resumable`` ignoring the recorded identity: a run of another configuration resumes from it;
@@ -36,7 +36,7 @@ def tiny(root, **kwargs) -> TrainConfig:
 
 def stop_at_epoch(monkeypatch, epoch: int, started: list):
     """SIGTERM at the start of ``epoch`` (0-based); every epoch started is recorded in ``started``."""
-    original = training.History.on_train_epoch_start
+    original = training.EpochClock.on_train_epoch_start
 
     def start(self, trainer, pl_module):
         started.append(trainer.current_epoch)
@@ -44,7 +44,7 @@ def stop_at_epoch(monkeypatch, epoch: int, started: list):
             os.kill(os.getpid(), signal.SIGTERM)
         original(self, trainer, pl_module)
 
-    monkeypatch.setattr(training.History, "on_train_epoch_start", start)
+    monkeypatch.setattr(training.EpochClock, "on_train_epoch_start", start)
 
 
 def test_a_stopped_run_resumes_and_ends_as_the_run_trained_in_one_go(tmp_path, monkeypatch):

@@ -149,13 +149,13 @@ def test_3_4_a_linked_logs_or_checkpoints_folder_is_never_written_through(
     outside = tmp_path / "outside"
     shutil.copytree(config.run_dir / folder, outside)  # a copy of the run's own files, so that it resumes
     (outside / "metrics.csv").write_text("mine\n")
-    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+    before = {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()}
     shutil.rmtree(config.run_dir / folder)
     (config.run_dir / folder).symlink_to(outside)
     try:
         resumes_again(config, capsys, f"{folder} is a symbolic link")
     finally:  # checked even when the line is missing: nothing outside the run was written or deleted
-        assert {p.name: p.read_bytes() for p in outside.iterdir()} == before
+        assert {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()} == before
 
 
 def test_a_link_inside_the_logs_that_stays_in_the_run_still_resumes(tmp_path, monkeypatch):
@@ -189,6 +189,10 @@ def other_hparams(checkpoint):
     checkpoint["datamodule_hyper_parameters"]["seed"] = 99
 
 
+def other_data_hparams(checkpoint):
+    checkpoint["datamodule_hyper_parameters"]["seed"] = 99
+
+
 def truncate(last: Path):
     last.write_bytes(last.read_bytes()[:5000])
 
@@ -217,20 +221,26 @@ def garbage_generator(checkpoint):
     checkpoint[key]["train_generator"] = torch.zeros(7, dtype=torch.uint8)
 
 
-def rows_not_dictionaries(checkpoint):
-    checkpoint["callbacks"]["History"]["rows"] = [1, "two", None]
+def history_not_numbers(last: Path):
+    (last.parent.parent / "logs" / "version_0" / "metrics.csv").write_text("epoch,val/acc\n0,two\n1,2\n")
+
+
+def history_lost(last: Path):
+    shutil.rmtree(last.parent.parent / "logs")
 
 
 @pytest.mark.parametrize(
     "damage, reason",
     [
         (other_hparams, "model hyperparameters are not this configuration's"),  # row 9
+        (other_data_hparams, "data hyperparameters are not this configuration's"),
         (pickle_gadget, "not a weights-only checkpoint"),  # 11
         (truncate, "not a weights-only checkpoint"),  # 12
         (other_shape, "size mismatch"),  # 13, in Lightning's restore
         (dev_zero, "last.ckpt is a symbolic link"),  # 14
         (garbage_generator, "RNG state"),  # 15, in Lightning's restore
-        (rows_not_dictionaries, "history is not a list of rows"),  # 16
+        (history_not_numbers, "history version_0/metrics.csv is not a table of numbers"),  # 16
+        (history_lost, "history does not hold epochs 0 to 1"),
     ],
     ids=lambda v: getattr(v, "__name__", "reason"),
 )
@@ -239,7 +249,7 @@ def test_9_11_16_a_last_checkpoint_that_is_not_this_runs_is_one_line_and_trained
 ):
     config = stopped_run(tmp_path, monkeypatch)
     last = config.run_dir / "checkpoints" / "last.ckpt"
-    if damage in (truncate, pickle_gadget, dev_zero):
+    if damage in (truncate, pickle_gadget, dev_zero, history_not_numbers, history_lost):
         damage(last)
     else:
         edit_last(config, damage)
@@ -258,7 +268,7 @@ def test_a_restore_that_fails_inside_lightning_is_one_line_and_trained_again(tmp
         checkpoint["loops"]["fit_loop"] = 5
 
     edit_last(config, damaged_loop)
-    resumes_again(config, capsys, "")
+    resumes_again(config, capsys, "(Lightning could not restore it: ")
 
 
 def test_13_an_optimizer_state_of_another_shape_is_one_line_and_trained_again(tmp_path, monkeypatch, capsys):
