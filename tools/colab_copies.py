@@ -385,6 +385,7 @@ def outputs_px(outputs: list) -> float:
 
 def markdown_px(text: str) -> float:
     px = 0.0
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # a link shows its text, not its address
     for line in text.splitlines():
         if line.startswith("#"):
             px += 2 * LINE_PX["markdown"]
