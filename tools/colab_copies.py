@@ -19,10 +19,20 @@ label) and writes, for each notebook, a copy in which
   and a ``(label)=`` target is dropped; so are the Markdown cells tagged ``remove-cell`` (the badge
   that opens this very copy) and the glued values' own outputs (MIME types no front end shows).
 
+Code cells follow the book's tags, so that what a reader sees expanded is what teaches: a cell the
+book removes (``remove-cell``) is dropped, unless it draws a figure the book shows (then it is
+collapsed, as below); a cell whose code the book hides or removes (``hide-input``, ``hide-cell``,
+``remove-input``) is in Colab's form view (its code collapsed under a ``# @title`` line); outputs the
+book hides (``hide-output``, ``hide-cell``) are folded into a ``<details>`` block, and of those it
+removes (``remove-output``) only the figure stays, the one a ``{glue:figure}`` below captions.
+
 The outputs stay, so that a reader sees the figures and numbers before running anything. The Pages
 workflow pushes the copies to the ``colab`` branch, which the Colab badges and launch buttons open;
 CI writes them from its own build and fails (exit status 1) on any MyST role, directive or label
-left in a Markdown cell, on a glued value that is missing, and on a glued figure that no cell displays.
+left in a Markdown cell, on a glued value that is missing, on a glued figure that no cell displays,
+on a ``glue(``/``claim(`` line or a removed cell that a reader sees, on a dropped cell that binds a
+name a kept cell reads, and on a copy more than 1.3 times as tall as its book page (by a proxy of
+the height, the same for both: see ``book_height``).
 
     python tools/colab_copies.py _build OUT [--base-url URL] [--commit SHA]
 """
@@ -210,6 +220,228 @@ def convert_directives(text: str, source_dir: Path, figure_caption) -> str:
     return "".join(out)
 
 
+# The cells whose code the book hides or removes but whose outputs it shows: in a copy they are in
+# Colab's form view, which shows a cell's "# @title" line and its outputs and hides its code behind a
+# "Show code" link (Colab writes "cellView": "form" into a cell's metadata for it: AnswerDotAI/nbdev#229;
+# it shows "Show code" under every cell in form view: googlecolab/colabtools#2154); JupyterLab reads
+# "jupyter": {"source_hidden": true} for the same (its nbformat ICodeCellJupyterMetadata).
+COLLAPSED_TAGS = {"hide-input", "hide-cell", "remove-input"}
+BOOKKEEPING = re.compile(r"(?<![\w.])(?:glue|claim)\(")
+# How much taller than the book page a copy may be (issue 40: 12_parity_paper's was 1.7 times)
+MAX_HEIGHT_RATIO = 1.3
+
+
+def collapse(cell: dict) -> None:
+    """Put a code cell in Colab's form view, titled by its first comment line or by what it shows."""
+    lines = cell["source"].splitlines()
+    if lines and re.match(r"#\s+\S", lines[0]) and not lines[0].startswith("# @"):
+        title, lines = lines[0].lstrip("# ").strip(), lines[1:]
+    elif any(t in o.get("data", {}) for o in cell["outputs"] for t in IMAGE_TYPES):
+        title = "The code of the figure below"
+    elif any("text/html" in o.get("data", {}) for o in cell["outputs"]):
+        title = "The code of the table below"
+    else:
+        title = "The numbers the text quotes, computed from the runs"
+    title = title.replace('"', "'")
+    cell["source"] = "\n".join([f'# @title {title} {{ display-mode: "form" }}', *lines])
+    cell["metadata"]["cellView"] = "form"
+    cell["metadata"].setdefault("jupyter", {})["source_hidden"] = True
+
+
+FOLDED = "<details><summary>"
+
+
+def fold_outputs(cell: dict) -> None:
+    """Fold the outputs the book hides into one HTML ``<details>`` block, which Colab shows shut (it
+    honours no metadata that hides outputs); JupyterLab reads "outputs_hidden" for the same."""
+    import html
+
+    parts = []
+    for output in cell["outputs"]:
+        data = output.get("data", {})
+        if "text/html" in data:
+            parts.append("".join(data["text/html"]))
+        elif "image/svg+xml" in data:
+            parts.append("".join(data["image/svg+xml"]))
+        elif "image/png" in data:
+            parts.append(f'<img src="data:image/png;base64,{"".join(data["image/png"]).strip()}">')
+        else:
+            text = "".join(output.get("text", data.get("text/plain", output.get("traceback", ""))))
+            parts.append(f"<pre>{html.escape(text)}</pre>")
+    body = "\n".join(parts)
+    cell["outputs"] = [
+        {
+            "output_type": "display_data",
+            "data": {"text/html": f"{FOLDED}Output (click to show)</summary>\n{body}\n</details>"},
+            "metadata": {},
+        }
+    ]
+    cell["metadata"].setdefault("jupyter", {})["outputs_hidden"] = True
+
+
+def collapsed(cell: dict) -> bool:
+    return cell["metadata"].get("cellView") == "form" and cell["source"].startswith("# @title")
+
+
+def names(source: str) -> tuple[set, set]:
+    """The names a cell binds and the names it reads (IPython's %magics and !commands left out)."""
+    import ast
+
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set(), set()
+    bound, read = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return bound, read
+
+
+def dropped_names_used(dropped: list, kept: list) -> list:
+    """A fault for each name that a dropped cell alone binds and a kept cell reads: the copy would
+    raise a NameError where the book's notebook runs."""
+    faults, kept_code = [], [c["source"] for c in kept if c["cell_type"] == "code"]
+    bound_by_kept = set().union(*(names(s)[0] for s in kept_code))
+    read_by_kept = set().union(*(names(s)[1] for s in kept_code))
+    for index, source in dropped:
+        for name in sorted((names(source)[0] - bound_by_kept) & read_by_kept):
+            faults.append(
+                f"cell {index} is dropped (remove-cell), but a kept cell reads {name}, which it binds"
+            )
+    return faults
+
+
+def bookkeeping_shown(copy: dict) -> list:
+    """A fault for each cell the book removes that the copy shows (but a collapsed one that draws a
+    figure the book shows), and each glue(/claim( line that a reader sees (in a code cell not in
+    form view, or in Markdown)."""
+    faults = []
+    for index, cell in enumerate(copy["cells"]):
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        hidden = cell["cell_type"] == "code" and collapsed(cell)
+        draws = any(t in o.get("data", {}) for o in cell.get("outputs", []) for t in IMAGE_TYPES)
+        if "remove-cell" in tags and not (hidden and draws):  # kept only for a figure the book shows
+            faults.append(f"cell {index} shows a cell the book removes (remove-cell)")
+        elif tags & COLLAPSED_TAGS and not hidden:
+            faults.append(f"cell {index} shows the code the book hides ({', '.join(sorted(tags))})")
+        elif not hidden:
+            for line in "".join(cell["source"]).splitlines():
+                if BOOKKEEPING.search(line):
+                    faults.append(f"cell {index} shows the book's bookkeeping: {line.strip()!r}")
+    return faults
+
+
+# A proxy for a page's height in pixels, applied alike to the book page (the executed notebook under
+# the book's tags) and to the copy (under Colab's form view), so that their ratio is what the issue
+# measured in headless Chromium (12_parity_paper: 10,700 px in the book, 17,900 px in the old copy).
+LINE_PX = {"markdown": 26, "code": 19, "output": 18, "row": 30}
+CHARS_PER_LINE, COLUMN_PX, TOGGLE_PX, FORM_PX, CELL_PX = 90, 720, 40, 56, 24
+
+
+def image_px(data: dict) -> float:
+    """An image's height at the column's width (at most its own width)."""
+    import base64
+
+    if "image/png" in data:
+        try:
+            head = base64.b64decode("".join(data["image/png"])[:44])
+        except ValueError:  # not base64: a size unknown
+            head = b""
+        if not head.startswith(b"\x89PNG"):
+            return 400.0
+        width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    elif "image/svg+xml" in data:
+        svg = "".join(data["image/svg+xml"])[:2000]
+        size = [re.search(rf'\b{k}="([\d.]+)(pt|px)?"', svg) for k in ("width", "height")]
+        if not all(size):
+            return 400.0
+        width, height = (float(m.group(1)) * (4 / 3 if m.group(2) == "pt" else 1) for m in size)
+    else:
+        return 400.0
+    return height * min(1.0, COLUMN_PX / width) if width else 400.0
+
+
+def outputs_px(outputs: list) -> float:
+    px = 0.0
+    for output in outputs:
+        data = output.get("data", {})
+        if any(t in data for t in IMAGE_TYPES):
+            px += image_px(data)
+        elif "".join(data.get("text/html", "")).startswith(FOLDED):
+            px += TOGGLE_PX
+        elif "text/html" in data:
+            px += LINE_PX["row"] * max(1, "".join(data["text/html"]).count("<tr")) + CELL_PX
+        else:
+            text = "".join(output.get("text", data.get("text/plain", "")))
+            px += LINE_PX["output"] * len(text.splitlines())
+    return px
+
+
+def markdown_px(text: str) -> float:
+    px = 0.0
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # a link shows its text, not its address
+    for line in text.splitlines():
+        if line.startswith("#"):
+            px += 2 * LINE_PX["markdown"]
+        elif line.strip():
+            px += LINE_PX["markdown"] * -(-len(line) // CHARS_PER_LINE)
+        else:
+            px += LINE_PX["markdown"] / 2
+    return px
+
+
+def code_px(source: str) -> float:
+    return LINE_PX["code"] * len(source.splitlines()) + CELL_PX
+
+
+def book_height(executed: dict, glued_by: dict) -> float:
+    """The book page under its tags: removed cells and outputs absent, hidden code one toggle line, a
+    glued figure where its directive stands."""
+    px = 0.0
+    for cell in executed["cells"]:
+        tags, source = set(cell.get("metadata", {}).get("tags", [])), "".join(cell["source"])
+        if "remove-cell" in tags:
+            continue
+        if cell["cell_type"] == "markdown":
+            for match in DIRECTIVE.finditer(source):
+                if match.group("name") == "glue:figure":
+                    name = match.group("arg").strip()
+                    cell_index = glued_by.get(name)
+                    for output in executed["cells"][cell_index]["outputs"] if cell_index is not None else []:
+                        record = output.get("metadata", {}).get("scrapbook", {})
+                        if record.get("name") == name:
+                            prefix = record.get("mime_prefix", "")
+                            px += image_px({k[len(prefix) :]: v for k, v in output["data"].items()})
+            px += markdown_px(TARGET.sub("", DIRECTIVE.sub("", source)))
+            continue
+        if "remove-input" not in tags:
+            px += TOGGLE_PX if tags & {"hide-input", "hide-cell"} else code_px(source)
+        if not tags & {"remove-output", "hide-cell", "hide-output"}:
+            px += outputs_px(
+                [o for o in cell.get("outputs", []) if not o.get("metadata", {}).get("scrapbook")]
+            )
+        elif "hide-output" in tags:
+            px += TOGGLE_PX
+    return px
+
+
+def colab_height(copy: dict) -> float:
+    """The copy in Colab: a cell in form view is its title and its outputs."""
+    px = 0.0
+    for cell in copy["cells"]:
+        if cell["cell_type"] == "markdown":
+            px += markdown_px(cell["source"])
+        else:
+            px += (FORM_PX if collapsed(cell) else code_px(cell["source"])) + outputs_px(cell["outputs"])
+    return px
+
+
 def colab_copy(
     executed: dict, docname: str, resolver: Resolver, source_dir: Path, commit: str | None = None
 ) -> tuple[dict, list]:
@@ -248,7 +480,7 @@ def colab_copy(
             unresolved.append(str(error))
             return match.group(0)
 
-    cells = []
+    cells, dropped = [], []
     for index, cell in enumerate(executed["cells"]):
         tags = cell.get("metadata", {}).get("tags", [])
         cell = json.loads(json.dumps(cell))
@@ -271,12 +503,30 @@ def colab_copy(
         elif cell["cell_type"] == "code":
             source = "".join(cell["source"])
             if commit and INSTALL.search(source):
-                cell["source"] = INSTALL.sub(lambda m: f"{m.group(1)}@{commit}", source)
-            cell["outputs"] = [
-                o for o in cell.get("outputs", []) if not o.get("metadata", {}).get("scrapbook")
-            ]
+                source = INSTALL.sub(lambda m: f"{m.group(1)}@{commit}", source)
+            outputs = [o for o in cell.get("outputs", []) if not o.get("metadata", {}).get("scrapbook")]
+            if "remove-output" in tags:  # a figure it draws is the one a {glue:figure} shows below it
+                outputs = [o for o in outputs if any(t in o.get("data", {}) for t in IMAGE_TYPES)]
+            cell["outputs"], cell["source"] = outputs, source
+            if "remove-cell" in tags:
+                if not outputs:
+                    dropped.append((index, source))
+                    continue
+                collapse(cell)  # it draws a figure the book shows (a {glue:figure} below)
+            elif COLLAPSED_TAGS & set(tags):
+                collapse(cell)
+            if {"hide-output", "hide-cell"} & set(tags) and outputs:
+                fold_outputs(cell)
         cells.append(cell)
+    faults += dropped_names_used(dropped, cells)
     copy = dict(executed, cells=cells)
+    faults += bookkeeping_shown(copy)
+    book, colab = book_height(executed, glued_by), colab_height(copy)
+    if colab > MAX_HEIGHT_RATIO * book:
+        faults.append(
+            f"the copy is about {colab:,.0f} px tall against the book page's {book:,.0f} px "
+            f"(more than {MAX_HEIGHT_RATIO} times): collapse or drop what the book hides"
+        )
     return copy, faults
 
 

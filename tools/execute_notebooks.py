@@ -1,20 +1,26 @@
-"""Execute the book's notebooks once, in a given kernel, and hand the executed notebooks to the book.
+"""Execute the book's notebooks once, through nbmake, in a given kernel, and hand the executed
+notebooks to the book.
 
 CI runs the notebooks in a Colab-like kernel (the package and its dependencies, no myst-nb, no Jupyter
-Book) with this script, then builds the book from the same outputs: ``--cache`` adds each executed
-notebook to Jupyter Book's execution cache (``_build/.jupyter_cache``), where the build finds it by
-the hash of its code cells and does not execute it again.
+Book) with this script, then builds the book from the same outputs. The one execution is nbmake's
+(``pytest --nbmake``, the notebooks' test): each notebook is copied into ``--out`` and run there by
+``pytest --nbmake --overwrite --nbmake-kernel NAME --nbmake-timeout SECONDS``, which writes the
+executed notebook over its copy. ``--cache`` then adds each executed copy to Jupyter Book's execution
+cache (``_build/.jupyter_cache``), where the build finds it by the hash of its code cells and does
+not execute it again.
 
 Each notebook runs under the cell timeout that the book build uses: its own ``execution.timeout``
-metadata if it has one (the notebooks with a training cell), else ``execute.timeout`` of
-``_config.yml``. A cell that raises, or runs past the timeout, stops the notebook with a message
-naming the notebook and the cell. So does a stall that nbclient waits out without an error: a cell
-that returns only at its timeout (a reply seen late, jupyter/nbclient#312), or a kernel that does not
-exit when asked after the last cell, which the client waits for and then terminates. The second is
-what held the book build for 10 minutes on ``explore_halting``: after its ipywidgets cell (an
-``interactive`` with an output widget) ipykernel did not shut down, and the build went on without a
-word at the end of the wait; that cell is now tagged ``skip-execution``. The slowest cells are listed
-at the end, to size the timeouts from.
+metadata if it has one (the notebooks with a training cell; nbmake reads it), else ``execute.timeout``
+of ``_config.yml`` (given to nbmake as its default). A cell that raises, or runs past the timeout,
+fails nbmake's test for the notebook, which names the cell. So does, here, a stall that nbclient
+waits out without an error: a cell that returns only at its timeout (a reply seen late,
+jupyter/nbclient#312), or a kernel that does not exit when asked after the last cell, which the
+client waits for and then terminates (seen as the time between the last cell's reply and nbmake's
+write of the notebook). The second is what held the book build for 10 minutes on
+``explore_halting``: after its ipywidgets cell (an ``interactive`` with an output widget) ipykernel
+did not shut down, and the build went on without a word at the end of the wait; that cell is now
+tagged ``skip-execution`` (nbclient skips it). The slowest cells are listed at the end, to size the
+timeouts from.
 
     python tools/execute_notebooks.py --kernel NAME --out DIR [--cache _build/.jupyter_cache] [NOTEBOOK ...]
 """
@@ -24,6 +30,9 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+import os
+import shutil
+import subprocess
 import sys
 import time
 from datetime import datetime
@@ -81,38 +90,33 @@ def first_line(cell) -> str:
     return lines[0][:70] if lines else ""
 
 
-def execute(path: Path, kernel: str) -> tuple[object, list[tuple[float, int]]]:
-    """The executed notebook and ``[(seconds, cell index)]``; raises ``RuntimeError`` naming the cell."""
+def nbmake(copies: list[Path], kernel: str, timeout: int) -> int:
+    """Run nbmake on the copies (it writes each executed notebook over its copy); pytest's status."""
+    folder = copies[0].parent
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--nbmake",
+        "--overwrite",
+        f"--nbmake-kernel={kernel}",
+        f"--nbmake-timeout={timeout}",
+        "-p",
+        "no:cacheprovider",
+        f"--rootdir={folder}",
+        "-c",
+        os.devnull,  # not the repository's pytest settings
+        "-v",
+        *map(str, copies),
+    ]
+    return subprocess.run(command, cwd=folder, check=False).returncode
+
+
+def check_executed(path: Path, name: str, timeout: int) -> list[tuple[float, int]]:
+    """``[(seconds, cell index)]`` of nbmake's executed copy; raises ``RuntimeError`` on a stall."""
     import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellControlSignal, CellExecutionError, CellTimeoutError
 
     nb = nbformat.read(path, as_version=4)
-    timeout = notebook_timeout(nb, path.name)
-    running = {}
-    client = NotebookClient(
-        nb,
-        timeout=timeout,
-        kernel_name=kernel,
-        resources={"metadata": {"path": str(path.parent)}},
-        record_timing=True,
-        on_cell_start=lambda cell, cell_index: running.update(index=cell_index),
-        on_cell_complete=lambda cell, cell_index: running.update(done=time.monotonic(), last=cell_index),
-    )
-    name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-    try:
-        client.execute()
-        ended = time.monotonic()
-    except (CellExecutionError, CellTimeoutError, CellControlSignal) as error:
-        index = running.get("index")
-        what = "ran past its timeout of" if isinstance(error, CellTimeoutError) else "raised; timeout"
-        raise RuntimeError(f"{name}: cell {index} {what} {timeout} s:\n{error}") from error
-    shutdown = ended - running.get("done", ended)
-    if shutdown > SHUTDOWN_SECONDS:
-        raise RuntimeError(
-            f"{name}: the kernel took {shutdown:.0f} s to shut down after the last cell ({running.get('last')}): "
-            "a kernel that did not exit when asked (as after an ipywidgets cell), waited out by the client"
-        )
     seconds = [(cell_seconds(c) or 0.0, i) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     for took, index in seconds:
         if took >= timeout - 1:
@@ -121,7 +125,22 @@ def execute(path: Path, kernel: str) -> tuple[object, list[tuple[float, int]]]:
                 f"({took:.0f} s of {timeout} s): a reply nbclient did not see until its wait ran out "
                 "(a stalled kernel channel, jupyter/nbclient#312), not a finished cell"
             )
-    return nb, seconds
+    replies = [
+        (c.metadata.get("execution", {}).get("shell.execute_reply"), i)
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code"
+    ]
+    replies = [(reply, i) for reply, i in replies if reply]
+    if replies:
+        reply, last = max(replies)
+        ended = datetime.fromisoformat(reply.replace("Z", "+00:00")).timestamp()
+        shutdown = path.stat().st_mtime - ended  # nbmake writes the notebook once the kernel is gone
+        if shutdown > SHUTDOWN_SECONDS:
+            raise RuntimeError(
+                f"{name}: the kernel took {shutdown:.0f} s to shut down after the last cell ({last}): "
+                "a kernel that did not exit when asked (as after an ipywidgets cell), waited out by the client"
+            )
+    return seconds
 
 
 def add_to_cache(cache_path: Path, source: Path, executed) -> None:
@@ -151,25 +170,42 @@ def main(argv=None) -> int:
     parser.add_argument("--cache", type=Path, help="Jupyter Book's execution cache to add them to")
     args = parser.parse_args(argv)
     notebooks = [p.resolve() for p in args.notebooks] or sorted((ROOT / "book").glob("*.ipynb"))
-    slowest = []
-    for path in notebooks:
-        start = time.perf_counter()
+    if len({p.name for p in notebooks}) < len(notebooks):
+        print("error: two notebooks of one name: run them in two calls", file=sys.stderr)
+        return 2
+    try:  # each notebook's timeout, as nbmake will take it
+        default = default_timeout()
+        timeouts = [notebook_timeout(nbformat.read(p, as_version=4), p.name) for p in notebooks]
+    except ValueError as error:  # a timeout that is not a number of seconds: the input's mistake
+        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    copies = [out / p.name for p in notebooks]
+    for path, target in zip(notebooks, copies, strict=True):
+        shutil.copyfile(path, target)
+    start = time.perf_counter()
+    if nbmake(copies, args.kernel, default) != 0:
+        print("nbmake: a notebook failed (above); nothing was added to the cache", file=sys.stderr)
+        return 1
+    print(f"nbmake ran {len(copies)} notebooks in {time.perf_counter() - start:.0f} s")
+    slowest, executed = [], []
+    for path, target, timeout in zip(notebooks, copies, timeouts, strict=True):
+        name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
         try:
-            nb, seconds = execute(path, args.kernel)
+            seconds = check_executed(target, str(name), timeout)
         except RuntimeError as error:
             print(error, file=sys.stderr)
             return 1
-        except ValueError as error:  # a timeout that is not a number of seconds: the input's mistake
-            print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
-            return 2
-        target = args.out / path.name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, target)
-        if args.cache:
-            add_to_cache(args.cache, path, nb)
+        executed.append((path, nbformat.read(target, as_version=4)))
         took, index = max(seconds, default=(0.0, None))
-        print(f"{path.name}: {time.perf_counter() - start:.0f} s (slowest cell {index}: {took:.0f} s)")
-        slowest += [(s, path.name, i, first_line(nb.cells[i])) for s, i in seconds]
+        print(
+            f"{path.name}: {sum(s for s, _ in seconds):.0f} s in its cells (slowest cell {index}: {took:.0f} s)"
+        )
+        slowest += [(s, path.name, i, first_line(executed[-1][1].cells[i])) for s, i in seconds]
+    if args.cache:
+        for path, nb in executed:
+            add_to_cache(args.cache, path, nb)
     print("slowest cells:")
     for took, name, index, line in sorted(slowest, reverse=True)[:5]:
         print(f"  {took:6.1f} s  {name} cell {index}: {line}")

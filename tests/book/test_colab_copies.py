@@ -150,3 +150,82 @@ def test_the_install_line_installs_the_commit_the_copy_was_built_from():
     copy, faults = tool.colab_copy(executed, "book/nb", resolver(), ROOT / "book", commit="0123abc")
     assert not faults
     assert copy["cells"][0]["source"] == install.replace("@main", "@0123abc")
+
+
+def code(source, tags=(), outputs=()):
+    return {"cell_type": "code", "metadata": {"tags": list(tags)}, "source": source, "outputs": list(outputs)}
+
+
+def test_what_the_book_hides_is_collapsed_and_what_it_removes_is_dropped():
+    """Issue 40: every code cell was expanded in Colab, 71 glue/claim lines in 12_parity_paper's copy."""
+    table = {
+        "output_type": "execute_result",
+        "data": {"text/html": "<table><tr></tr></table>"},
+        "metadata": {},
+    }
+    figure = {"output_type": "display_data", "data": {"image/png": "PNG"}, "metadata": {}}
+    executed = notebook("text")
+    executed["cells"] += [
+        code("# Load the runs\nruns = 1\nglue('n', runs)\nruns", ["hide-input"], [table]),
+        code("glue('m', 2)\nclaim(True, 'a sentence')", ["remove-cell"]),
+        code(
+            "show('f', fig)\nprint('noise')",
+            ["hide-input", "remove-output"],
+            [figure, glue_output("f", {"image/png": "PNG"})],
+        ),
+        {"cell_type": "markdown", "metadata": {}, "source": "```{glue:figure} f\nThe figure.\n```"},
+        code("detail()", ["hide-input", "hide-output"], [table, table]),
+        code("runs + 1"),
+    ]
+    copy, faults = tool.colab_copy(executed, "book/nb", resolver(), ROOT / "book")
+    assert faults == []
+    load, drawn, _, folded, shown = copy["cells"][-5:]
+    assert (
+        load["source"] == "# @title Load the runs { display-mode: \"form\" }\nruns = 1\nglue('n', runs)\nruns"
+    )
+    assert load["metadata"]["cellView"] == "form" and load["outputs"] == [table]
+    assert all("claim(" not in "".join(c["source"]) for c in copy["cells"])  # the removed cell is gone
+    assert drawn["source"].startswith("# @title The code of the figure below") and drawn["outputs"] == [
+        figure
+    ]
+    assert folded["outputs"][0]["data"]["text/html"].startswith("<details><summary>")
+    assert shown == code("runs + 1")
+
+
+@pytest.mark.parametrize(
+    "cell, fault",
+    [
+        (code("x = 1\nglue('x', x)"), "shows the book's bookkeeping: \"glue('x', x)\""),
+        (code("claim(x > 0, 'x is positive')"), "shows the book's bookkeeping"),
+        (code("x = 1", ["hide-input"]), "shows the code the book hides (hide-input)"),
+        (code("x = 1", ["remove-cell"]), "shows a cell the book removes"),
+        (  # collapsed, but drawing nothing the book shows
+            {
+                **code('# @title T { display-mode: "form" }\nx = 1'),
+                "metadata": {"tags": ["remove-cell"], "cellView": "form"},
+            },
+            "shows a cell the book removes",
+        ),
+    ],
+)
+def test_a_copy_that_shows_bookkeeping_is_a_fault(cell, fault):
+    assert fault in " ".join(tool.bookkeeping_shown({"cells": [cell]}))
+
+
+def test_a_dropped_cell_that_a_kept_cell_needs_is_a_fault():
+    executed = notebook("text")
+    executed["cells"] += [
+        code("import os\nlimit = 3\nglue('limit', limit)", ["remove-cell"]),
+        code("print(limit)"),
+    ]
+    _, faults = tool.colab_copy(executed, "book/nb", resolver(), ROOT / "book")
+    assert faults == ["cell 3 is dropped (remove-cell), but a kept cell reads limit, which it binds"]
+
+
+def test_a_copy_much_taller_than_the_book_page_is_a_fault(monkeypatch):
+    executed = notebook("text")
+    executed["cells"].append(code("\n".join(f"x{i} = {i}" for i in range(300)), ["hide-input"]))
+    assert tool.colab_copy(executed, "book/nb", resolver(), ROOT / "book")[1] == []
+    monkeypatch.setattr(tool, "collapse", lambda cell: None)  # the copy shows the 300 lines
+    faults = tool.colab_copy(executed, "book/nb", resolver(), ROOT / "book")[1]
+    assert any("times): collapse or drop what the book hides" in f for f in faults), faults

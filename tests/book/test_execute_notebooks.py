@@ -1,8 +1,9 @@
-"""CI's one execution of the notebooks (tools/execute_notebooks.py): a failing cell is named, a kernel
-that does not shut down is a failure, and the outputs land in the book's execution cache, where the
-build finds them by the source notebook's code."""
+"""CI's one execution of the notebooks (tools/execute_notebooks.py), through nbmake: a failing cell is
+named, a kernel that does not shut down is a failure, and the outputs land in the book's execution
+cache, where the build finds them by the source notebook's code."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import nbformat
@@ -24,28 +25,38 @@ def write_notebook(path: Path, *sources: str) -> Path:
     return path
 
 
-def test_a_cell_that_raises_is_named(tmp_path):
+def run(tmp_path, *notebooks, cache=None):
+    options = ["--cache", str(cache)] if cache else []
+    return tool.main([*map(str, notebooks), "--kernel", "python3", "--out", str(tmp_path / "out"), *options])
+
+
+def test_a_cell_that_raises_fails_nbmake_and_is_named(tmp_path, capfd):
     path = write_notebook(tmp_path / "nb.ipynb", "x = 1", "raise ValueError('no MNIST here')")
-    with pytest.raises(RuntimeError, match=r"nb.ipynb: cell 2 raised; timeout \d+ s:[\s\S]*no MNIST here"):
-        tool.execute(path, "python3")
+    assert run(tmp_path, path, cache=tmp_path / "cache") == 1
+    out, err = capfd.readouterr()
+    assert "FAILED" in out and "nb.ipynb" in out and "no MNIST here" in out
+    assert "nothing was added to the cache" in err and not (tmp_path / "cache").exists()
 
 
-def test_a_kernel_that_does_not_shut_down_is_a_failure(tmp_path, monkeypatch):
+def test_a_kernel_that_does_not_shut_down_is_a_failure(tmp_path, monkeypatch, capfd):
     path = write_notebook(tmp_path / "nb.ipynb", "x = 1")
     monkeypatch.setattr(tool, "SHUTDOWN_SECONDS", -1)  # any shutdown counts as too long
-    with pytest.raises(
-        RuntimeError, match=r"nb.ipynb: the kernel took \d+ s to shut down after the last cell \(1\)"
-    ):
-        tool.execute(path, "python3")
+    assert run(tmp_path, path) == 1
+    assert re.search(
+        r"nb.ipynb: the kernel took \d+ s to shut down after the last cell \(1\)", capfd.readouterr().err
+    )
 
 
-def test_the_outputs_go_into_the_cache_under_the_source_notebook(tmp_path):
+def test_nbmake_runs_each_notebook_once_and_its_outputs_go_into_the_cache(tmp_path, capfd):
     from jupyter_cache import get_cache
 
     path = write_notebook(tmp_path / "nb.ipynb", "print(6 * 7)")
-    executed, seconds = tool.execute(path, "python3")
-    assert [i for _, i in seconds] == [1]
-    tool.add_to_cache(tmp_path / "cache", path, executed)
+    counter = write_notebook(tmp_path / "count.ipynb", f"open({str(tmp_path / 'runs')!r}, 'a').write('x')")
+    assert run(tmp_path, path, counter, cache=tmp_path / "cache") == 0
+    out = capfd.readouterr().out
+    assert "nb.ipynb::nb.ipynb PASSED" in out and "count.ipynb::count.ipynb PASSED" in out
+    assert (tmp_path / "runs").read_text() == "x"  # executed once
+    assert nbformat.read(path, as_version=4).cells[1].outputs == []  # the source is left as it was
     source = nbformat.read(path, as_version=4)
     source.cells[0].source = "# Another title"  # Markdown does not count, as in the book's build
     _, merged = get_cache(str(tmp_path / "cache")).merge_match_into_notebook(source)

@@ -1,0 +1,43 @@
+"""The code a page shows teaches: no visible code cell of the book holds the bookkeeping of its
+sentences, a glue( or claim( call (issue 40: chapters 02 and 05 showed glue calls in visible cells)."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+BOOK = Path(__file__).resolve().parents[2] / "book"
+# The pages this guard covers so far; 01_motivation, 04_losses, 09_act_and_pondernet and
+# popular_implementations still show glue calls (their authors move them, then join the list).
+PAGES = [
+    *(BOOK / f"{name}.md" for name in ("02_formal_definition", "05_lightning_implementation", "cheat_sheet")),
+    *BOOK.glob("appendix_*.md"),
+    *BOOK.glob("*.ipynb"),
+]
+HIDDEN = {"remove-cell", "remove-input", "hide-input", "hide-cell"}
+BOOKKEEPING = re.compile(r"(?<![\w.])(?:glue|claim)\(")
+CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(?P<body>.*?)^```", re.S | re.M)
+
+
+def visible_cells(path: Path) -> list[str]:
+    """The source of each code cell the page shows with its code."""
+    if path.suffix == ".ipynb":
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        return [
+            "".join(c["source"])
+            for c in cells
+            if c["cell_type"] == "code" and not HIDDEN & set(c["metadata"].get("tags", []))
+        ]
+    shown = []
+    for match in CELL.finditer(path.read_text(encoding="utf-8")):
+        tags = re.search(r"^:tags:\s*\[(.*?)\]", match["body"], re.M)
+        if not HIDDEN & {t.strip().strip("'\"") for t in (tags[1].split(",") if tags else [])}:
+            shown.append(match["body"])
+    return shown
+
+
+@pytest.mark.parametrize("path", sorted(PAGES), ids=lambda p: p.name)
+def test_no_visible_code_cell_holds_bookkeeping(path):
+    lines = [line for cell in visible_cells(path) for line in cell.splitlines() if BOOKKEEPING.search(line)]
+    assert not lines, f"{path.name} shows its bookkeeping: {lines}"
