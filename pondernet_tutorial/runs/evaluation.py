@@ -247,9 +247,27 @@ def evaluate_run(
         (run_dir / "evaluation.json").unlink(missing_ok=True)
         for name in ("summary", "per_step", "per_class"):
             write_csv(run_dir / f"{name}.csv", tables[name], index=False, float_format="%.6g")
-        write_csv(run_dir / "per_sample.csv.gz", per_sample, index=False, float_format="%.4g")
+        write_csv(
+            run_dir / "per_sample.csv.gz", per_sample_for_file(per_sample), index=False, float_format="%.4g"
+        )
         write_json(run_dir / "evaluation.json", record)
         return tables
+
+
+# E[n] is kept whole: a rank correlation with k ranks it, and 4 digits tie runs of E[n] near the budget
+# (pointer-noexit PonderNet λ_p = 0.2, seed 1: ρ(k, E[n]) 0.117 from the model, 0.163 from 4 digits)
+FULL_PRECISION_COLUMNS = ("expected_steps",)
+
+
+def per_sample_for_file(per_sample: pd.DataFrame) -> pd.DataFrame:
+    """``per_sample`` as ``per_sample.csv.gz`` stores it: E[n] to every digit of its float (9
+    significant digits round-trip a float32), the other real columns to 4 by the file's float_format."""
+    whole = {}
+    for name in FULL_PRECISION_COLUMNS:
+        if name in per_sample:
+            digits = 17 if per_sample[name].dtype == "float64" else 9
+            whole[name] = [f"{v:.{digits}g}" for v in per_sample[name]]
+    return per_sample.assign(**whole)
 
 
 def has_difficulty(config: TrainConfig) -> bool:

@@ -25,7 +25,7 @@ from pondernet_tutorial.runs.difficulty import (
     halting_by_run,
     span,
 )
-from pondernet_tutorial.runs.evaluation import halting_up_to_date
+from pondernet_tutorial.runs.evaluation import evaluate_run, halting_up_to_date
 from pondernet_tutorial.runs.studies import Study, get_study, load_study, run_one, write_study_tables
 
 K_STUDIES = (
@@ -97,6 +97,20 @@ def test_the_study_table_gathers_every_runs_halting_table(tmp_path):
     (configs[1].run_dir / "halting.csv").unlink()  # one run without: no study table, none left behind
     write_study_tables(study, tmp_path, configs=configs)
     assert "halting" not in load_study("tiny", tmp_path)
+
+
+def test_per_sample_keeps_expected_steps_whole(tmp_path):
+    config = tiny(tmp_path)
+    run_one(config, limit=8, overwrite=False, reevaluate=False, threads=None)
+    stored = pd.read_csv(config.run_dir / "per_sample.csv.gz")
+    tables = evaluate_run(config, limit=8, overwrite=True)  # the same evaluation, in memory
+    stored_again = pd.read_csv(config.run_dir / "per_sample.csv.gz")
+    model = tables["per_sample"]["expected_steps"].to_numpy()
+    assert len(set(model.round(3))) > 1  # E[n] varies over the inputs: the comparison below means something
+    for table in (stored, stored_again):
+        # every bit of the model's float32: a rank correlation with k ranks E[n] of nearly equal inputs
+        assert (table["expected_steps"].to_numpy(dtype=model.dtype) == model).all()
+        assert table["loss"].to_numpy() == pytest.approx(tables["per_sample"]["loss"].to_numpy(), rel=1e-3)
 
 
 @pytest.mark.parametrize("name", K_STUDIES)
