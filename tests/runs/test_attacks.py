@@ -34,16 +34,24 @@ SIGNALS = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
 
 
 @pytest.fixture(autouse=True)
-def sighup_at_its_default():
-    """SIGHUP at its default, as in a terminal: under ``nohup`` the runner ignores it, and the handler
-    rightly leaves an ignored signal alone (the SIGHUP tests then test nothing)."""
-    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+def signals_at_their_default():
+    """SIGHUP and SIGINT at their defaults, as in a terminal: under ``nohup`` the runner ignores SIGHUP,
+    and a shell without job control starts a background runner with SIGINT ignored; the handler rightly
+    leaves an ignored signal alone (the tests of that signal then test nothing, or fail)."""
+    previous = {
+        signal.SIGHUP: signal.signal(signal.SIGHUP, signal.SIG_DFL),
+        signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+    }
     yield
-    signal.signal(signal.SIGHUP, previous)
+    for number, handler in previous.items():
+        signal.signal(number, handler)
 
 
 def send_at_first_epoch(monkeypatch, signum):
+    start = training.EpochClock.on_train_epoch_start
+
     def send(self, trainer, pl_module):
+        start(self, trainer, pl_module)  # the epoch starts as it would (the clock is read at its end)
         os.kill(os.getpid(), signum)
 
     monkeypatch.setattr(training.EpochClock, "on_train_epoch_start", send)
