@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..runs.difficulty import Rules, judge
+from ..runs.difficulty import Rules, judge, side
 from ..runs.paper_claims import wilson
 
 RULES = Rules()  # the book's one rule set
@@ -64,7 +64,7 @@ def continued_runs(continued: pd.DataFrame, chance: float = 0.5, rules: Rules = 
             "end": float(end["unseen_accuracy"]),
             "low": low,
             "high": high,
-            "vs_mark": ABOVE if low >= mark else UNDER if high < mark else OPEN,
+            "vs_mark": {1: ABOVE, -1: UNDER, 0: OPEN}[side(low, high, mark)],
             "slope": b,
             "slope_low": b_low,
             "slope_high": b_high,
