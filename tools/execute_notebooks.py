@@ -69,11 +69,12 @@ def default_timeout() -> int:
     return timeout_seconds(value, f"execute.timeout in {path}")
 
 
-def notebook_timeout(nb, name: str = "the notebook") -> int:
+def notebook_timeout(nb, default: int, name: str = "the notebook") -> int:
+    """The notebook's own ``execution.timeout``, else ``default`` (``execute.timeout`` of ``_config.yml``)."""
     execution = nb.metadata.get("execution", {})
     if isinstance(execution, dict) and "timeout" in execution:
         return timeout_seconds(execution["timeout"], f"execution.timeout in the metadata of {name}")
-    return default_timeout()
+    return default
 
 
 def cell_seconds(cell) -> float | None:
@@ -112,11 +113,9 @@ def nbmake(copies: list[Path], kernel: str, timeout: int) -> int:
     return subprocess.run(command, cwd=folder, check=False).returncode
 
 
-def check_executed(path: Path, name: str, timeout: int) -> list[tuple[float, int]]:
-    """``[(seconds, cell index)]`` of nbmake's executed copy; raises ``RuntimeError`` on a stall."""
-    import nbformat
-
-    nb = nbformat.read(path, as_version=4)
+def check_executed(nb, path: Path, name: str, timeout: int) -> list[tuple[float, int]]:
+    """``[(seconds, cell index)]`` of nbmake's executed copy ``nb``, read from ``path``; raises
+    ``RuntimeError`` on a stall."""
     seconds = [(cell_seconds(c) or 0.0, i) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     for took, index in seconds:
         if took >= timeout - 1:
@@ -175,7 +174,7 @@ def main(argv=None) -> int:
         return 2
     try:  # each notebook's timeout, as nbmake will take it
         default = default_timeout()
-        timeouts = [notebook_timeout(nbformat.read(p, as_version=4), p.name) for p in notebooks]
+        timeouts = [notebook_timeout(nbformat.read(p, as_version=4), default, p.name) for p in notebooks]
     except ValueError as error:  # a timeout that is not a number of seconds: the input's mistake
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
@@ -192,12 +191,13 @@ def main(argv=None) -> int:
     slowest, executed = [], []
     for path, target, timeout in zip(notebooks, copies, timeouts, strict=True):
         name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        nb = nbformat.read(target, as_version=4)
         try:
-            seconds = check_executed(target, str(name), timeout)
+            seconds = check_executed(nb, target, str(name), timeout)
         except RuntimeError as error:
             print(error, file=sys.stderr)
             return 1
-        executed.append((path, nbformat.read(target, as_version=4)))
+        executed.append((path, nb))
         took, index = max(seconds, default=(0.0, None))
         print(
             f"{path.name}: {sum(s for s, _ in seconds):.0f} s in its cells (slowest cell {index}: {took:.0f} s)"
