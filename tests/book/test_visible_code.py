@@ -1,13 +1,18 @@
 """The code a page shows teaches: no visible code cell of the book holds the bookkeeping of its
 sentences, a glue( or claim( call (issue 40: chapters 02 and 05 showed glue calls in visible cells)."""
 
+import importlib.util
 import json
 import re
 from pathlib import Path
 
 import pytest
 
-BOOK = Path(__file__).resolve().parents[2] / "book"
+ROOT = Path(__file__).resolve().parents[2]
+BOOK = ROOT / "book"
+spec = importlib.util.spec_from_file_location("colab_copies", ROOT / "tools" / "colab_copies.py")
+colab_copies = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(colab_copies)
 PAGES = [
     *(
         BOOK / f"{name}.md"
@@ -24,8 +29,9 @@ PAGES = [
     *BOOK.glob("appendix_*.md"),
     *BOOK.glob("*.ipynb"),
 ]
-HIDDEN = {"remove-cell", "remove-input", "hide-input", "hide-cell"}
-BOOKKEEPING = re.compile(r"(?<![\w.])(?:glue|claim)\(")
+# the tags under which the book shows no code, and what counts as bookkeeping: the Colab copies' own
+HIDDEN = {"remove-cell", *colab_copies.COLLAPSED_TAGS}
+BOOKKEEPING = colab_copies.BOOKKEEPING
 CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(?P<body>.*?)^```", re.S | re.M)
 
 
