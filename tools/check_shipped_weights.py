@@ -37,7 +37,7 @@ def check_run(folder: Path) -> dict[str, float]:
     """The largest relative difference of each of :data:`COLUMNS` between the shipped ``summary.csv``
     of the run in ``folder`` and a new evaluation of its ``model.safetensors``."""
     metadata, record = read_json(folder / "metadata.json"), read_json(folder / "evaluation.json")
-    config = TrainConfig(**{**metadata["config"], "output_dir": str(PRETRAINED_DIR)})
+    config = TrainConfig.from_options(**{**metadata["config"], "output_dir": str(PRETRAINED_DIR)})
     assert config.run_dir.resolve() == folder.resolve(), f"{folder} is not the folder of its configuration"
     datamodule, asked = _datamodule_and_record(config, record["limit"], record["seed"], None)
     assert not identity_differences(record, asked), f"{folder}: {identity_differences(record, asked)}"

@@ -58,7 +58,7 @@ def shipped_config(method: str, seed: int):
             config.experiment == "parity-paper16-extrapolation"
             and config.method == method
             and config.seed == seed
-            and config.learn_halting is not False
+            and config.method_options.get("learn_halting") is not False
         ):
             return config
     raise SystemExit(f"no shipped run {method} seed {seed}")

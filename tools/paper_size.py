@@ -76,7 +76,7 @@ def parse_run(run: str) -> tuple[int, str, int]:
 def run_config(n: int, method: str, seed: int, compile: bool | None = None) -> TrainConfig:
     """The configuration of one run: the paper's set-up of the experiment, no stopping but the count."""
     options = {"compile": compile} if compile is not None else {}
-    return TrainConfig(
+    return TrainConfig.from_options(
         experiment=EXPERIMENTS[n],
         method=method,
         seed=seed,
@@ -198,7 +198,7 @@ def train_run(
         "experiment": config.experiment,
         "method": method,
         "seed": seed,
-        "method_options": config.method_options(),
+        "method_options": config.method_kwargs(),
         "updates": trainer.global_step,
         "updates_required": epochs * batches,
         "stopped_by": "update count",

@@ -220,7 +220,11 @@ class PonderNet(HaltingMethod):
     Args:
         step_function: the network that is applied at every step.
         max_steps: ``N``, the steps unrolled in training (``λ_N = 1``).
-        lambda_p, beta, kl_direction, renormalize_prior: the loss (:class:`PonderLoss`).
+        lambda_p: λ_p of the geometric prior, in (0, 1); its mean is 1/λ_p steps.
+        beta: β ≥ 0, the weight of the KL term.
+        kl_direction: ``p_prior``, the paper's KL(p ‖ p_G), or ``prior_p``, KL(p_G ‖ p) as in the
+            article's, labml's and mildlyoverfitted's code.
+        renormalize_prior: renormalise the truncated geometric prior to sum to 1.
         loss_fn: per-sample task loss (cross-entropy by default).
         halting_bias: initial bias of the step function's halting layer (None: PyTorch's default).
         train_epsilon: the paper's rule for N in training (:func:`truncate_at_epsilon`); None: every

@@ -11,6 +11,7 @@ import torch
 from .config import TrainConfig
 from .cuda_graph import GraphedPonderLitModule
 from .module import RunModule
+from .options import MAX_PARAMETERS, PARAMETERS_REASON
 from .registry import get_experiment, import_path
 
 
@@ -42,7 +43,7 @@ def make_module(config: TrainConfig, graphed: bool = False) -> RunModule:
         n_classes=experiment.n_classes,
         method=config.method,
         step_options=config.step_options,
-        method_options=config.method_options(),
+        method_options=config.method_kwargs(),
         lr=config.lr,
         lr_schedule=config.lr_schedule,
         lr_patience=config.lr_patience,
@@ -50,6 +51,37 @@ def make_module(config: TrainConfig, graphed: bool = False) -> RunModule:
         grad_clip=config.grad_clip,
         compile=config.compile,
     )
+
+
+class ModelTooLargeError(ValueError):
+    """A model of more weights than ``MAX_PARAMETERS``."""
+
+
+def count_weights(build, what: str | None = None) -> int:
+    """The weights and buffers of the module that ``build()`` makes, built on PyTorch's ``meta``
+    device, which holds shapes and no memory: the constructors check their options (a ``ValueError``
+    that names ``what``), and a model of more than ``MAX_PARAMETERS`` weights is refused before
+    anything is allocated."""
+    try:
+        with torch.device("meta"):
+            model = build()
+    except (TypeError, ValueError, RuntimeError, OverflowError) as error:
+        text = " ".join(str(error).split())[:300].rstrip(".")
+        text = text or type(error).__name__
+        raise ValueError(f"{what}: {text}." if what else f"{text}.") from None
+    n = sum(t.numel() for t in model.parameters()) + sum(t.numel() for t in model.buffers())
+    if n > MAX_PARAMETERS:
+        raise ModelTooLargeError(
+            f"{what or 'the configuration'} describes a model of {n:,} weights, more than {MAX_PARAMETERS:,} ({PARAMETERS_REASON}): "
+            "choose smaller sizes."
+        )
+    return n
+
+
+def check_model(config: TrainConfig) -> None:
+    """Check the options of the configuration's method and step function where they are declared, in
+    their constructors, before any folder is made or any data is read (:func:`count_weights`)."""
+    count_weights(lambda: make_module(config))
 
 
 GRAPH_PRECISIONS_EXCLUDED = ("16-mixed", "16")  # GradScaler's step waits for the device: not capturable

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from ..untrusted import CheckpointError  # noqa: F401 (raised here, caught by its callers)
-from .build import make_module
+from .build import ModelTooLargeError, count_weights, make_module
 from .config import (
     PRETRAINED_DIR,
     WEIGHTS,
@@ -43,7 +43,7 @@ from .config import (
 )
 from .files import DamagedFileError, atomic_file, read_json, read_regular
 from .module import RunModule
-from .options import MAX_PARAMETERS, METHOD_OPTIONS, PARAMETERS_REASON, STEP_OPTIONS, check_steps
+from .options import MAX_PARAMETERS, PARAMETERS_REASON, check_steps, method_options, step_options
 from .processes import command_name
 from .registry import LOSSES, METHODS, STEPS, UnregisteredComponentError, check_registered, is_plain
 
@@ -195,19 +195,16 @@ def _one_line(error: BaseException) -> str:
 
 
 def _check_sizes(hparams: dict, path: Path) -> None:
-    """Refuse a checkpoint whose sizes exceed the declared maxima (:mod:`.options`),
-    or whose model would hold more than ``MAX_PARAMETERS`` weights, before anything is allocated: the
-    model is first built on PyTorch's ``meta`` device, which holds shapes and no memory. Activation
-    memory grows with the batch, the steps and the widths, each bounded by its own declared maximum."""
+    """Refuse a checkpoint whose options are not of their declared types, or whose model its
+    constructors refuse or would hold more than ``MAX_PARAMETERS`` weights, before anything is
+    allocated: the model is first built on PyTorch's ``meta`` device (:func:`~.build.count_weights`),
+    which holds shapes and no memory. Activation memory grows with the batch, the steps and the widths:
+    N is bounded by its declared maximum, the widths by the number of weights."""
     try:
         step, method = hparams.get("step"), hparams.get("method", "pondernet")
         for name, declared, values in (
-            ("step option", STEP_OPTIONS.get(step, {}) if isinstance(step, str) else {}, "step_options"),
-            (
-                "method option",
-                METHOD_OPTIONS.get(method, {}) if isinstance(method, str) else {},
-                "method_options",
-            ),
+            ("step option", (step_options(step) if isinstance(step, str) else None) or {}, "step_options"),
+            ("method option", method_options(method) if method in METHODS else {}, "method_options"),
         ):
             given = hparams.get(values) or {}
             if not isinstance(given, dict):
@@ -215,26 +212,22 @@ def _check_sizes(hparams: dict, path: Path) -> None:
             for key, value in given.items():
                 if key in declared:
                     declared[key].validate(f"{name} {key}", value)
-                elif key in ("max_steps", "eval_max_steps") and value is not None:
+                if key in ("max_steps", "eval_max_steps") and value is not None:
                     check_steps(value, f"{name} {key}")
         n_classes = hparams.get("n_classes")
         if isinstance(n_classes, int) and not 1 <= n_classes <= 100_000:
             raise ValueError(f"n_classes must lie in [1, 100,000], got {n_classes}")
     except ValueError as error:
         raise CheckpointError(f"{path} has hyperparameters out of range: {_one_line(error)}") from None
+    registered = step in STEPS and method in METHODS
     try:
-        with torch.device("meta"):
-            model = RunModule(**hparams)
-        n = sum(t.numel() for t in model.parameters()) + sum(t.numel() for t in model.buffers())
-    except (TypeError, ValueError) as error:
-        raise CheckpointError(f"{path} has hyperparameters this package does not accept: {error}") from None
-    except (MemoryError, RuntimeError, NotImplementedError):  # a component that cannot be built on meta
-        return
-    if n > MAX_PARAMETERS:
-        raise CheckpointError(
-            f"{path} describes a model of {n:,} weights, more than {MAX_PARAMETERS:,} ({PARAMETERS_REASON}): "
-            "it is not a model of this package's experiments."
+        count_weights(
+            lambda: RunModule(**hparams), f"{path} has hyperparameters this package does not accept"
         )
+    except ValueError as error:
+        if not registered and not isinstance(error, ModelTooLargeError):
+            return  # a trusted component (import path) that cannot be built on meta: its own build decides
+        raise CheckpointError(_one_line(error)) from None
 
 
 def _hparams_differences(saved: dict, expected: dict) -> str:
@@ -321,8 +314,8 @@ def load_model(
 
 
 def pretrained_config(experiment: str, method: str = "pondernet", seed: int = 0, **options) -> TrainConfig:
-    """The configuration of a shipped run (``options`` as in :class:`TrainConfig`)."""
-    return TrainConfig(
+    """The configuration of a shipped run (``options`` as in :meth:`TrainConfig.from_options`)."""
+    return TrainConfig.from_options(
         experiment=experiment, method=method, seed=seed, output_dir=str(PRETRAINED_DIR), **options
     )
 
@@ -356,14 +349,15 @@ def load_pretrained(
 
     ``load_pretrained("mnist-interpolation")`` is the reference PonderNet (seed 0);
     ``load_pretrained("parity-extrapolation", "act", seed=1, tau=0.01)`` an ACT run on parity. The
-    ``options`` are :class:`TrainConfig` fields; they pick the run folder, and the run's recorded
+    ``options`` are :class:`TrainConfig` fields and the method's options (as
+    :meth:`TrainConfig.from_options` takes them); they pick the run folder, and the run's recorded
     configuration and its model file's own hyperparameters must equal them.
 
     Raises:
         TypeError: an option that is not a field of :class:`TrainConfig`, or ``output_dir``: the shipped
             runs lie in the package (a run of another folder: :func:`load_model`).
     """
-    _check_pretrained_options(options)
+    _check_pretrained_options(options, method)
     for name, owners in other_methods_options(method, options).items():
         raise CheckpointError(
             f"{name} is an option of {' and '.join(owners)}, not of {method}: pass method={owners[0]!r}."
@@ -384,10 +378,12 @@ def load_pretrained(
     return load_model(folder / WEIGHTS, map_location, trust_code=trust_code, config=config)
 
 
-def _check_pretrained_options(options: dict) -> None:
+def _check_pretrained_options(options: dict, method: str) -> None:
     """Refuse, in one line that names what is accepted, a keyword that is not an option of a run."""
     accepted = {f.name for f in fields(TrainConfig)} - {"experiment", "method", "seed", "output_dir"}
-    odd = sorted(set(options) - accepted)
+    odd = sorted(
+        set(options) - accepted - set(other_methods_options(method, options)) - _method_options(method)
+    )
     if not odd:
         return
     where = (
@@ -401,6 +397,10 @@ def _check_pretrained_options(options: dict) -> None:
         "seed, map_location, trust_code and the options of TrainConfig that name a run (lambda_p, beta, tau, "
         "max_steps, step_options, ...)."
     )
+
+
+def _method_options(method: str) -> set[str]:
+    return set(method_options(method)) if method in METHODS else set()
 
 
 def _shipped_metadata(folder: Path) -> dict:

@@ -20,17 +20,32 @@ from .config import (
     default_value,
     other_methods_options,
 )
-from .config import option as declared_option
-from .options import METHOD_OPTIONS, Option, at_least
+from .options import Option, all_method_options, at_least
 from .processes import command_name
 from .registry import EXPERIMENTS, METHODS, STEPS, get_experiment
 
-# evaluate --pretrained names a shipped run by the options that name it in train (--tau, --lambda-p, ...)
-RUN_OPTIONS = tuple(
-    f.name
-    for f in fields(TrainConfig)
-    if declared_option(f.name).identity and f.name not in ("experiment", "method", "seed", "quick")
-)
+
+def method_option_names() -> list[str]:
+    """Every registered method's options (one flag each, shared by the methods that take it)."""
+    return list(dict.fromkeys(name for options in all_method_options().values() for name in options))
+
+
+def config_names() -> list[str]:
+    """The options of ``train``: TrainConfig's fields, the method's options in the place of
+    ``method_options``."""
+    names = []
+    for f in fields(TrainConfig):
+        names.extend(method_option_names() if f.name == "method_options" else [f.name])
+    return names
+
+
+def run_options() -> list[str]:
+    """The options by which ``evaluate --pretrained`` names a shipped run, as in train (--tau, ...)."""
+    skip = {"experiment", "method", "seed", "quick"}
+    return [
+        n for n in config_names() if n not in skip and (n not in FIELD_OPTIONS or FIELD_OPTIONS[n].identity)
+    ]
+
 
 # The options that reproduce shares with every run it trains (declared with reproduce=True).
 REPRODUCE_OPTIONS = tuple(name for name, option in FIELD_OPTIONS.items() if option.reproduce)
@@ -64,12 +79,12 @@ def _value(text: str):
     return {"true": True, "false": False, "none": None}.get(text.lower(), text)
 
 
-def declaration(name: str) -> tuple[Option, str]:
-    """A field's declaration and its help line: its own, or its methods' (``pondernet and act: ...``,
-    or each method's help where they differ)."""
+def declaration(name: str):
+    """A field's declaration and its help line: its own, or its methods' constructors'
+    (``pondernet and act: ...``, or each method's help where they differ)."""
     if name in FIELD_OPTIONS:
         return FIELD_OPTIONS[name], FIELD_OPTIONS[name].help
-    by_method = {method: options[name] for method, options in METHOD_OPTIONS.items() if name in options}
+    by_method = {method: options[name] for method, options in all_method_options().items() if name in options}
     helps = {}
     for method, option in by_method.items():
         helps.setdefault(option.help, []).append(method)
@@ -82,11 +97,11 @@ def declaration(name: str) -> tuple[Option, str]:
     return next(iter(by_method.values())), text
 
 
-def _default_text(name: str, option: Option, help: str) -> str:
+def _default_text(name: str, option, help: str) -> str:
     """`` [default: X]``, or the default of each task or method where they differ."""
     if "[default:" in help or option.type is dict:
         return ""
-    methods = [m for m in METHOD_OPTIONS if name in METHOD_OPTIONS[m]] or list(METHODS)[:1]
+    methods = [m for m, options in all_method_options().items() if name in options] or list(METHODS)[:1]
     tasks = {}
     for experiment in EXPERIMENTS.values():
         tasks.setdefault(experiment.task, experiment.name)
@@ -118,7 +133,7 @@ def _add_options(parser: argparse.ArgumentParser, names) -> None:
             )
         else:
             kind = option.type if option.type in (int, float) else str
-            choices = list(option.choices) if option.choices else None
+            choices = list(option.allowed) if getattr(option, "allowed", None) else None
             parser.add_argument(flag, type=kind, default=None, choices=choices, help=text)
 
 
@@ -157,12 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
         "reproduce the book's results.",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    config_names = [f.name for f in fields(TrainConfig)]
 
     p_train = sub.add_parser(
         "train", help="train one run", description="Train one run; see --experiment and --method."
     )
-    _add_options(p_train, config_names)
+    _add_options(p_train, config_names())
     p_train.add_argument(
         "--overwrite", action="store_true", help="replace a run already in the output folder"
     )
@@ -196,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_eval.add_argument("--seed", type=int, default=0, help="with --pretrained: the seed [0]")
     _add_options(
-        p_eval.add_argument_group("the shipped run's options (with --pretrained, as in train)"), RUN_OPTIONS
+        p_eval.add_argument_group("the shipped run's options (with --pretrained, as in train)"), run_options()
     )
     p_eval.add_argument(
         "--angles",
@@ -342,7 +356,7 @@ def _user_errors():
 
 def _config(values: dict) -> TrainConfig:
     try:
-        return TrainConfig(**values)
+        return TrainConfig.from_options(**values)
     except (ValueError, TypeError) as error:
         raise UserError(str(error)) from error
 
@@ -362,8 +376,11 @@ def _run(args) -> int:
 
     # The configuration and the output folder are checked first: a mistake there costs no PyTorch import.
     if args.command == "train":
-        config = _config(_config_values(args, [f.name for f in fields(TrainConfig)]))
+        config = _config(_config_values(args, config_names()))
         _checked(check_writable_folder, config.output_dir)
+        from .build import check_model
+
+        _checked(check_model, config)  # the method's and step function's options, by their constructors
     elif args.command == "reproduce":
         from .processes import check_jobs
 
@@ -426,7 +443,7 @@ def _evaluate(args) -> None:
     limit = _checked(LIMIT.validate, "--limit", args.limit)
     if args.output:
         _checked(check_writable_file, args.output)
-    given = _config_values(args, RUN_OPTIONS)
+    given = _config_values(args, run_options())
     if args.pretrained:
         experiment_name = args.pretrained
         pretrained = _pretrained_config(args, given)  # the run is found before PyTorch is imported

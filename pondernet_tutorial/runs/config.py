@@ -11,9 +11,10 @@ options, and every other field that differs from the experiment's defaults), so 
 never share a folder, and a saved run is reused only when its recorded identity equals the requested
 one (:func:`check_same_identity`).
 
-Every field is declared once (:func:`setting`: type, default, help, choices, range check), and the
-halting methods' options in :data:`~.options.METHOD_OPTIONS`; the command line is built from these
-declarations. This module imports no PyTorch (checking a strategy other than ``auto``
+Every field is declared once (:func:`setting`: type, default, help, choices, range check); the halting
+method's and the step function's options are their constructors' keyword parameters
+(:func:`~.options.constructor_options`), held in ``method_options`` and ``step_options``. The command
+line is built from these declarations. This module imports no PyTorch (checking a strategy other than ``auto``
 looks it up in Lightning, and more CPU devices than cores under ``auto`` asks PyTorch for a GPU).
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from .options import (
@@ -30,17 +31,17 @@ from .options import (
     EPOCHS_REASON,
     MAX_BATCH,
     MAX_EPOCHS,
-    METHOD_OPTIONS,
-    NAMED_IN_FOLDER,
-    STEP_OPTIONS,
     Option,
+    Parameter,
     above,
+    all_method_options,
     at_least,
     between,
-    check_steps,
     in_range,
+    method_options,
+    step_options,
 )
-from .registry import EXPERIMENTS, METHODS, STEPS, get_experiment
+from .registry import EXPERIMENTS, METHODS, NAMED_IN_FOLDER, STEPS, get_experiment
 
 PRETRAINED_DIR = Path(__file__).parents[1] / "pretrained"  # the shipped runs
 WEIGHTS = "model.safetensors"  # a run's model file: its weights, and its hyperparameters in the header
@@ -149,12 +150,13 @@ class TrainConfig:
     """Everything a run depends on. ``None`` means: the experiment's default, else the global one.
 
     Each field is declared once, with its type, global default, help, choices and range check
-    (:func:`setting`). The halting methods' options are plain fields that default to ``None``: the
-    chosen method's default, which its constructor declares (read by
-    :data:`~.options.METHOD_OPTIONS`, with each option's help and check), unless the experiment sets
-    one; a method's irrelevant options stay ``None``. Fields are grouped as: what is trained
-    (experiment, method, step function and their options), how (optimiser, schedule, stopping), and
-    where (device, folders, logger; not part of the identity).
+    (:func:`setting`). ``method_options`` holds the halting method's keyword arguments
+    (``{"lambda_p": 0.1}``) and ``step_options`` the step function's: an option left out takes the
+    experiment's default, else the constructor's, which declares it (:func:`~.options.method_options`).
+    Fields are grouped as: what is trained (experiment, method, step function and their options), how
+    (optimiser, schedule, stopping), and where (device, folders, logger; not part of the identity).
+    :meth:`from_options` takes the method's options as keywords of their own, as run folders and the
+    command line name them.
     """
 
     experiment: str = setting(
@@ -167,7 +169,7 @@ class TrainConfig:
         str,
         "pondernet",
         "halting method: pondernet, act (Adaptive Computation Time) or fixed (always --max-steps steps)",
-        choices=tuple(METHODS),
+        choices=lambda: tuple(METHODS),
     )
     seed: int = setting(
         int,
@@ -185,7 +187,7 @@ class TrainConfig:
         dict,
         None,
         "an option of the step function as KEY=VALUE, e.g. hidden_size=32 (repeatable); "
-        + "; ".join(f"{step}: {', '.join(options)}" for step, options in STEP_OPTIONS.items()),
+        + "; ".join(f"{step}: {', '.join(step_options(step))}" for step in STEPS),
     )
     epochs: int | None = setting(
         int,
@@ -196,21 +198,12 @@ class TrainConfig:
     batch_size: int | None = setting(int, 128, "batch size", check=in_range(1, MAX_BATCH, BATCH_REASON))
     lr: float | None = setting(float, 1e-3, "Adam learning rate", check=above(0))
     grad_clip: float | None = setting(float, 0.5, "gradient-norm clipping, 0 for none", check=at_least(0))
-    max_steps: int | None = setting(
-        int, 20, "N, the most steps (fixed: the number of steps)", check=check_steps
+    method_options: dict = setting(
+        dict,
+        None,
+        "the halting method's options, its constructor's keywords (max_steps, lambda_p, tau, ...); on the "
+        "command line each is a flag of its own",
     )
-    # The halting methods' options (options.METHOD_OPTIONS), in the order run folders name them:
-    # PonderNet's, ACT's, then those several methods share.
-    lambda_p: float | None = None
-    beta: float | None = None
-    kl_direction: str | None = None
-    renormalize_prior: bool | None = None
-    train_epsilon: float | None = None
-    learn_halting: bool | None = None
-    tau: float | None = None
-    epsilon: float | None = None
-    halting_bias: float | None = None
-    eval_max_steps: int | None = None
     lr_schedule: str | None = setting(
         str, "plateau", "plateau (ReduceLROnPlateau on val/acc) or constant", choices=LR_SCHEDULES
     )
@@ -240,7 +233,6 @@ class TrainConfig:
         "the epoch whose weights a run keeps: the best val/acc (the first of equals), or the lowest val/loss "
         "(where accuracy saturates before halting settles)",
         choices=("val/acc", "val/loss"),
-        omitted_at_default=True,
     )
     precision: str = setting(str, "32-true", "Lightning precision", choices=PRECISIONS, reproduce=True)
     train_subset: int | None = setting(
@@ -319,55 +311,103 @@ class TrainConfig:
             setattr(self, name, option(name).validate(name, option(name).default if value is None else value))
         experiment = get_experiment(self.experiment)
         for f in fields(self):
-            if getattr(self, f.name) is None and (
-                f.name in FIELD_OPTIONS or f.name in METHOD_OPTIONS[self.method]
-            ):
+            if getattr(self, f.name) is None and f.name in FIELD_OPTIONS:
                 setattr(
                     self, f.name, default_value(f.name, self.experiment, self.method, self.quick or False)
                 )
+        given = dict(self.method_options or {})
+        for name, owners in other_methods_options(self.method, given).items():
+            raise ValueError(f"{name} is an option of {' and '.join(owners)}, not of {self.method}.")
+        unknown = sorted(set(given) - set(method_options(self.method)))
+        if unknown:
+            raise ValueError(
+                f"{self.method} takes no option {', '.join(unknown)}; its options: "
+                f"{', '.join(method_options(self.method))}."
+            )
+        self.method_options = {
+            name: default_value(name, self.experiment, self.method, self.quick or False)
+            if given.get(name) is None
+            else given[name]
+            for name in method_options(self.method)
+        }
         self.step = self.step or experiment.step
         # the experiment's step options belong to its default step function; another one starts from its own defaults
         defaults = experiment.step_options if self.step == experiment.step else {}
         self.step_options = {**defaults, **(self.step_options or {})}
         self.check()
 
+    @classmethod
+    def from_options(cls, **values) -> TrainConfig:
+        """A configuration from keywords in which the method's options stand on their own
+        (``from_options(method="act", tau=0.01)``), as run folders, ``metadata.json`` and the command
+        line name them. Options that only other methods take are left out (a recorded configuration
+        holds every method's); a name that no method takes is refused."""
+        names = {f.name for f in fields(cls)}
+        method = values.get("method") or FIELD_OPTIONS["method"].default
+        options = dict(values.pop("method_options", None) or {})
+        others = other_methods_options(method, values)
+        for name in [name for name in values if name not in names]:
+            value = values.pop(name)
+            if name not in others:
+                options[name] = value
+        return cls(**values, method_options=options)
+
     def check(self) -> None:
         """Check every field with its declaration and normalise it (``devices="2"`` becomes ``2``);
-        raise a ``ValueError`` naming the first field that is out of range."""
+        raise a ``ValueError`` naming the first field that is out of range. The method's and the step
+        function's options are checked for their types here, and for their ranges by their
+        constructors (:func:`~.build.check_model`)."""
         for f in fields(self):
             if f.name in FIELD_OPTIONS:
                 setattr(self, f.name, FIELD_OPTIONS[f.name].validate(f.name, getattr(self, f.name)))
-        for name, declared in METHOD_OPTIONS[self.method].items():  # the options this method takes
-            setattr(self, name, declared.validate(name, getattr(self, name)))
+        for name, declared in method_options(self.method).items():
+            self.method_options[name] = declared.validate(name, self.method_options[name])
         self.step_options = check_step_options(self.step, self.step_options, self.experiment)
         check_cpu_devices(self.accelerator, self.devices)
 
+    @property
+    def max_steps(self) -> int:
+        """N, the method's most steps (fixed: its number of steps)."""
+        return self.method_options["max_steps"]
+
     # ------------------------------------------------------------------ what the run is
-    def method_options(self) -> dict:
+    def method_kwargs(self) -> dict:
         """The keyword arguments of the halting method (besides the step function); an option newer
         than the shipped runs is left out at its default, so that their saved hyperparameters stay the
         model's."""
-        options = {"max_steps": self.max_steps}
-        for name, declared in METHOD_OPTIONS[self.method].items():
-            value = getattr(self, name)
-            if not (declared.omitted_at_default and value == declared.default):
-                options[name] = value
-        return options
+        declared = method_options(self.method)
+        return {
+            name: value
+            for name, value in self.method_options.items()
+            if not (name in OMITTED_AT_DEFAULT and value == declared[name].default)
+        }
+
+    def options(self) -> dict:
+        """Every field, with the method's options standing on their own in its place (as
+        ``metadata.json`` records a run, and :meth:`from_options` reads it)."""
+        values = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "method_options":
+                values.update(value)
+            else:
+                values[f.name] = dict(value) if isinstance(value, dict) else value
+        return values
 
     def identity(self) -> dict:
-        """The fields that change the trained model, with the method's irrelevant options left out."""
-        values = asdict(self)
-        unused = {name for options in METHOD_OPTIONS.values() for name in options} - set(
-            METHOD_OPTIONS[self.method]
-        )
-        if self.lr_schedule != "plateau":
-            unused |= {"lr_patience", "lr_factor"}
+        """The options that change the trained model, in the order run folders name them."""
         kept = {}
-        for name, value in values.items():
-            declared = option(name, self.method) if name not in unused else None
-            if declared is None or not declared.identity:
+        for name, value in self.options().items():
+            if name in self.method_options:
+                if name in self.method_kwargs():
+                    kept[name] = value
                 continue
-            if declared.omitted_at_default and value == declared.default:
+            declared = FIELD_OPTIONS[name]
+            if not declared.identity or (
+                self.lr_schedule != "plateau" and name in ("lr_patience", "lr_factor")
+            ):
+                continue
+            if name in OMITTED_AT_DEFAULT and value == declared.default:
                 continue  # an option newer than the shipped runs, at its default: as if absent
             kept[name] = value
         return kept
@@ -381,7 +421,7 @@ class TrainConfig:
         # another step function's options are compared with that step function's defaults
         step_defaults = TrainConfig(experiment=self.experiment, method=self.method, step=self.step)
         defaults["step_options"] = step_defaults.step_options
-        named = list(NAMED_IN_FOLDER[self.method])
+        named = list(NAMED_IN_FOLDER.get(self.method, ()))
         skip = {"experiment", "method", "seed", "quick", *named}
         # (an option left out of the defaults' identity holds its declared default there)
         different = [
@@ -467,33 +507,39 @@ FIELD_OPTIONS: dict[str, Option] = {
 }
 
 
+# Options added after runs were shipped: left out of a run's identity and of its model's
+# hyperparameters while they hold their declared default, so that the recorded ones stay valid.
+OMITTED_AT_DEFAULT = ("train_epsilon", "learn_halting", "eval_max_steps", "select_by")
+
+
 def other_methods_options(method: str, names) -> dict[str, list[str]]:
     """Those of ``names`` that only other halting methods take (``lambda_p`` for ``act``), each with the
     methods that take it: a request that names them asks for a run that ``method`` cannot be."""
+    mine = method_options(method) if method in METHODS else {}
     return {
         name: owners
         for name in names
-        if name not in FIELD_OPTIONS and name not in METHOD_OPTIONS.get(method, {})
-        for owners in [[m for m, declared in METHOD_OPTIONS.items() if name in declared]]
+        if name not in FIELD_OPTIONS and name not in mine
+        for owners in [[m for m, declared in all_method_options().items() if name in declared]]
         if owners
     }
 
 
-def option(name: str, method: str | None = None) -> Option:
-    """The declaration of a :class:`TrainConfig` field: its own, or that of ``method``'s option (by
-    default the first method that declares it)."""
+def option(name: str, method: str | None = None) -> Option | Parameter:
+    """The declaration of a :class:`TrainConfig` field, or of a method's option (``method``'s, by
+    default the first method's that takes it)."""
     if name in FIELD_OPTIONS:
         return FIELD_OPTIONS[name]
-    for candidate in [method] if method else METHOD_OPTIONS:
-        if name in METHOD_OPTIONS.get(candidate, {}):
-            return METHOD_OPTIONS[candidate][name]
+    for candidate in [method] if method else METHODS:
+        if name in method_options(candidate):
+            return method_options(candidate)[name]
     raise KeyError(f"{name} is not an option of {'method ' + method if method else 'TrainConfig'}.")
 
 
 def default_value(name: str, experiment: str, method: str, quick: bool = False):
-    """The default of a field for an experiment and method: the quick settings (in quick mode), else the
-    experiment's defaults (``"method.name"`` for one method's, then ``"name"``), else the method's or the
-    global declaration's."""
+    """The default of a field or a method's option for an experiment and method: the quick settings
+    (in quick mode), else the experiment's defaults (``"method.name"`` for one method's, then
+    ``"name"``), else the declaration's (the field's, or the method's constructor's)."""
     spec = get_experiment(experiment)
     if name == "compile":  # compilation takes tens of seconds: not worth it in quick mode
         return not quick and spec.defaults.get("compile", FIELD_OPTIONS["compile"].default)
@@ -504,25 +550,32 @@ def default_value(name: str, experiment: str, method: str, quick: bool = False):
     return spec.defaults.get(name, option(name, method).default)
 
 
-# The global defaults (the reference MNIST experiment's). A method option is here only while every
-# method that declares it has the same default; option(name, method).default is each method's.
+# The global defaults: the fields', then each method option's as the first method that takes it
+# declares it (PonderNet's max_steps, lambda_p and beta; ACT's tau and epsilon).
 DEFAULTS = {
-    f.name: option(f.name).default
-    for f in fields(TrainConfig)
-    if f.name not in ("experiment", "method", "step", "step_options")
-    and len({repr(o[f.name].default) for o in METHOD_OPTIONS.values() if f.name in o}) <= 1
+    **{
+        name: o.default
+        for name, o in FIELD_OPTIONS.items()
+        if name not in ("experiment", "method", "step", "step_options", "method_options")
+    },
+    **{
+        name: parameter.default
+        for options in reversed(all_method_options().values())
+        for name, parameter in options.items()
+    },
 }
 
 
-def check_step_options(step: str, step_options: dict, experiment: str) -> dict:
-    """The step function's options checked against its declaration (:data:`STEP_OPTIONS`) and the
-    experiment's data: an option named like a data option (parity's ``n_elements``) must equal it."""
-    declared = STEP_OPTIONS.get(step)
+def check_step_options(step: str, options: dict, experiment: str) -> dict:
+    """The step function's options checked against its constructor (:func:`~.options.step_options`)
+    and the experiment's data: an option named like a data option (parity's ``n_elements``) must equal
+    it."""
+    declared = step_options(step)
     if declared is None:  # a step function given by import path: its constructor checks its options
-        return dict(step_options)
+        return dict(options)
     data = get_experiment(experiment).data_options
     checked = {}
-    for key, value in step_options.items():
+    for key, value in options.items():
         if key not in declared:
             raise ValueError(
                 f"unknown step option {key!r} for step function {step}; its options: {', '.join(declared)}."

@@ -227,6 +227,13 @@ METHODS: dict[str, str] = {
     "act": "pondernet_tutorial.methods.act:ACT",
     "fixed": "pondernet_tutorial.methods.fixed:FixedSteps",
 }
+# The options a method's run folders always name (pondernet-lambda_p=0.2-beta=0.01); a method not
+# listed here names the options that differ from its defaults, as every method does.
+NAMED_IN_FOLDER: dict[str, tuple[str, ...]] = {
+    "pondernet": ("lambda_p", "beta"),
+    "act": ("tau",),
+    "fixed": ("max_steps",),
+}
 LOSSES = {"cross_entropy": "pondernet_tutorial.methods.base:per_sample_cross_entropy"}
 
 

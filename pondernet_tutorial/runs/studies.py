@@ -44,7 +44,7 @@ from .config import (
     identity_differences,
 )
 from .files import folder_lock, read_json, read_table, write_csv, write_json
-from .options import METHOD_OPTIONS
+from .options import all_method_options
 from .processes import Interrupted, check_jobs, command_name, is_rank_zero, stop_on_signals
 
 if TYPE_CHECKING:  # pandas is imported where it is used: listing the studies stays light
@@ -81,7 +81,7 @@ class Study:
             run = dict(run)
             seeds = run.pop("seeds", (0, 1, 2))
             for seed in seeds[:1] if quick else seeds:
-                configs.append(TrainConfig(**{**run, **common, "seed": seed, "quick": quick}))
+                configs.append(TrainConfig.from_options(**{**run, **common, "seed": seed, "quick": quick}))
         return configs
 
 
@@ -450,14 +450,14 @@ def _run_columns(config: TrainConfig, root: Path) -> dict:
         "seed": config.seed,
         "max_steps": config.max_steps,
         # every method's options, each method's own where it has them (None for the others)
-        **{
-            name: getattr(config, name) if name in METHOD_OPTIONS[config.method] else None
-            for name in _OPTIONS
-        },
+        **{name: config.method_options.get(name) for name in _options()},
     }
 
 
-_OPTIONS = list(dict.fromkeys(name for options in METHOD_OPTIONS.values() for name in options))
+def _options() -> list[str]:
+    """Every registered method's options but max_steps, in the order of the methods."""
+    names = [name for options in all_method_options().values() for name in options]
+    return [name for name in dict.fromkeys(names) if name != "max_steps"]
 
 
 def write_study_tables(

@@ -13,12 +13,21 @@ batch on its first axis: the halting methods drop halted samples from them with 
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from typing import Union
 
 from torch import Tensor, nn
 
 State = Union[Tensor, tuple]  # a tensor, or a (possibly nested) tuple of tensors, batch first
+
+
+def check_sizes(**sizes: int) -> None:
+    """Each size (a layer's width, an input's length) a whole number >= 1, or a ``ValueError`` that
+    names it; the number of weights bounds them from above (the run machinery counts them)."""
+    for name, size in sizes.items():
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
+            raise ValueError(f"{name} must be >= 1, got {size!r}.")
 
 
 def map_state(fn: Callable[[Tensor], Tensor], state: State) -> State:

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import StepFunction
+from .base import StepFunction, check_sizes
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 
@@ -61,6 +61,7 @@ class MNISTEmbedding(nn.Module):
 
     def __init__(self, embedding_size: int = 64, dropout: float = 0.5):
         super().__init__()
+        check_sizes(embedding_size=embedding_size)
         self.register_buffer("mean", torch.tensor(MNIST_MEAN), persistent=False)
         self.register_buffer("std", torch.tensor(MNIST_STD), persistent=False)
         self.net = nn.Sequential(
@@ -88,6 +89,7 @@ class MNISTStep(StepFunction):
         self, n_classes: int = 10, hidden_size: int = 64, embedding_size: int = 64, dropout: float = 0.5
     ):
         super().__init__()
+        check_sizes(hidden_size=hidden_size)
         self.hidden_size = hidden_size
         self.embedding = MNISTEmbedding(embedding_size, dropout)
         self.mlp = nn.Sequential(
@@ -133,6 +135,7 @@ class MNISTRefineStep(StepFunction):
 
     def __init__(self, n_classes: int = 10, hidden_size: int = 64, dropout: float = 0.5):
         super().__init__()
+        check_sizes(hidden_size=hidden_size)
         self.register_buffer("mean", torch.tensor(MNIST_MEAN), persistent=False)
         self.register_buffer("std", torch.tensor(MNIST_STD), persistent=False)
         self.trunk = reference_trunk(dropout)

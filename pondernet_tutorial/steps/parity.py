@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from .base import StepFunction
+from .base import StepFunction, check_sizes
 
 
 def check_vectors(x, n_elements: int) -> Tensor:
@@ -45,6 +45,7 @@ class ParityStep(StepFunction):
 
     def __init__(self, n_elements: int, n_classes: int = 2, hidden_size: int = 128):
         super().__init__()
+        check_sizes(n_elements=n_elements, hidden_size=hidden_size)
         self.n_elements, self.hidden_size = n_elements, hidden_size
         self.cell = self.make_cell(n_elements, hidden_size)
         self.output_head = nn.Linear(hidden_size, n_classes)

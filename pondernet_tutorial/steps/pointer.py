@@ -30,7 +30,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .base import StepFunction
+from .base import StepFunction, check_sizes
 
 
 class PointerStep(StepFunction):
@@ -53,6 +53,7 @@ class PointerStep(StepFunction):
         exit_feature: bool = True,
     ):
         super().__init__()
+        check_sizes(n_slots=n_slots, hidden_size=hidden_size, key_size=key_size)
         if n_classes is not None and n_classes != n_slots:
             raise ValueError(
                 f"the answer is a slot: n_classes must equal n_slots={n_slots}, got {n_classes}."

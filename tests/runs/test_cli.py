@@ -4,11 +4,10 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import fields
 
 import pytest
 
-from pondernet_tutorial.runs.cli import build_parser, main
+from pondernet_tutorial.runs.cli import build_parser, config_names, main
 from pondernet_tutorial.runs.config import PRETRAINED_DIR, WEIGHTS, TrainConfig
 
 
@@ -18,9 +17,10 @@ def test_help_explains_every_option(capsys):
             main([command, "--help"])
         assert exit_info.value.code == 0 and "usage" in capsys.readouterr().out
     train_help = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
-    for field in fields(TrainConfig):  # every field, the methods' options included, is a flag
-        flag = "--step-option" if field.name == "step_options" else "--" + field.name.replace("_", "-")
+    for name in config_names():  # every field and every method's option is a flag
+        flag = "--step-option" if name == "step_options" else "--" + name.replace("_", "-")
         assert flag in train_help, flag
+    assert "--lambda-p" in train_help and "--method-options" not in train_help
 
 
 def test_help_and_halting_load_no_lightning():
@@ -179,7 +179,7 @@ def _mistakes(tmp):
         ([*parity, "--step-option", "hidden_size=abc"], "hidden_size must be an integer, got 'abc'"),
         ([*parity, "--step-option", "hidden_size=-4"], "hidden_size must be >= 1, got -4"),
         ([*parity, "--step-option", "hidden_size=2.5"], "hidden_size must be an integer, got 2.5"),
-        ([*mnist, "--step-option", "dropout=2"], "dropout must lie in [0, 1), got 2"),
+        ([*mnist, "--step-option", "dropout=2"], "dropout probability has to be between 0 and 1, but got 2"),
         (
             [*parity, "--step-option", "n_elements=8"],
             "n_elements=8 does not fit the data of parity-interpolation",
@@ -418,3 +418,28 @@ def test_a_finished_run_says_overwrite_in_the_callers_words(tmp_path, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {config.run_dir} already holds this trained run")
     assert "--overwrite" in lines[0] and "overwrite=True" not in lines[0]
+
+
+@pytest.mark.slow
+def test_a_method_registered_once_trains_from_the_command_line(tmp_path, monkeypatch, capsys):
+    """One entry in METHODS puts a new method on the command line: its options are flags with the help of
+    its docstring, its constructor checks them, and it trains, names its folder and loads like the book's
+    methods."""
+    from pondernet_tutorial.runs.checkpoints import load_model
+    from pondernet_tutorial.runs.registry import METHODS
+
+    monkeypatch.setitem(METHODS, "smoothed", "toy_method:SmoothedSteps")  # the one registration
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert "label smoothing of the cross-entropy" in " ".join(capsys.readouterr().out.split())
+    args = ["train", "--quick", "--experiment", "parity-interpolation", "--method", "smoothed"]
+    args += ["--output-dir", str(tmp_path), "--no-progress-bar"]
+    assert _main([*args, "--smoothing", "1.5"]) == 2
+    assert "smoothing must lie in [0, 1), got 1.5" in capsys.readouterr().err
+    assert _main([*args, "--smoothing", "0.1"]) == 0
+    config = TrainConfig(
+        experiment="parity-interpolation", method="smoothed", method_options={"smoothing": 0.1}, quick=True
+    )
+    assert config.variant == "smoothed-smoothing=0.1-quick"
+    module = load_model(tmp_path / "parity-interpolation" / config.variant / "seed0" / WEIGHTS)
+    assert type(module.model).__name__ == "SmoothedSteps" and module.model.smoothing == 0.1

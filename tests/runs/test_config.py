@@ -8,7 +8,13 @@ from pondernet_tutorial.runs.config import ConfigMismatchError, TrainConfig, che
 def test_defaults_are_the_reference_experiments():
     mnist = TrainConfig()
     assert (mnist.batch_size, mnist.lr, mnist.grad_clip, mnist.epochs) == (128, 1e-3, 0.5, 20)
-    assert (mnist.max_steps, mnist.lambda_p, mnist.beta, mnist.kl_direction) == (20, 0.2, 0.01, "p_prior")
+    options = mnist.method_options
+    assert (options["max_steps"], options["lambda_p"], options["beta"], options["kl_direction"]) == (
+        20,
+        0.2,
+        0.01,
+        "p_prior",
+    )
     assert mnist.step == "mnist_mlp" and mnist.step_options["hidden_size"] == 64
     parity = TrainConfig(experiment="parity-extrapolation", method="act")
     assert (parity.lr, parity.batch_size, parity.max_steps, parity.lr_schedule) == (3e-4, 128, 20, "constant")
@@ -22,14 +28,18 @@ def test_identity_leaves_out_where_and_how_fast():
     b = TrainConfig(accelerator="gpu", output_dir="y", compile=False)
     assert a.identity() == b.identity() and a.variant == b.variant
     assert "tau" not in TrainConfig().identity() and "lambda_p" not in TrainConfig(method="act").identity()
-    assert TrainConfig(method="act", lambda_p=0.5).variant == TrainConfig(method="act").variant
+    with pytest.raises(ValueError, match="lambda_p is an option of pondernet, not of act"):
+        TrainConfig(method="act", method_options={"lambda_p": 0.5})
 
 
 def test_variant_names():
     assert TrainConfig().variant == "pondernet-lambda_p=0.2-beta=0.01"
-    assert TrainConfig(beta=0.0, lambda_p=0.05).variant == "pondernet-lambda_p=0.05-beta=0"
-    assert TrainConfig(method="fixed", max_steps=5).variant == "fixed-max_steps=5"
-    assert TrainConfig(method="act", tau=1e-4, halting_bias=-3.0).variant == "act-tau=0.0001-halting_bias=-3"
+    assert TrainConfig.from_options(beta=0.0, lambda_p=0.05).variant == "pondernet-lambda_p=0.05-beta=0"
+    assert TrainConfig.from_options(method="fixed", max_steps=5).variant == "fixed-max_steps=5"
+    assert (
+        TrainConfig.from_options(method="act", tau=1e-4, halting_bias=-3.0).variant
+        == "act-tau=0.0001-halting_bias=-3"
+    )
     assert TrainConfig(step="mnist_refine").variant == "pondernet-lambda_p=0.2-beta=0.01-step=mnist_refine"
     assert TrainConfig(quick=True).variant.endswith("-quick")
 
@@ -64,12 +74,12 @@ def test_variant_names():
         ({"stop_at_val_acc": 1.5}, r"stop_at_val_acc must lie in \[0, 1\]"),
         ({"epochs": True}, "epochs must be an integer"),
         ({"step": "nope"}, "step must be one of mnist_mlp, .* or an import path module:Class"),
-        # the step function's options, from its declaration in runs.options.STEP_OPTIONS, and the experiment's data
+        # the step function's options, from its constructor (runs.options.step_options), and the experiment's data
         ({"step_options": {"bogus": 1}}, "unknown step option 'bogus' for step function mnist_mlp"),
         ({"step_options": {"hidden_size": "abc"}}, "hidden_size must be an integer, got 'abc'"),
         ({"step_options": {"hidden_size": -4}}, "hidden_size must be >= 1"),
         ({"step_options": {"hidden_size": 2.5}}, "hidden_size must be an integer, got 2.5"),
-        ({"step_options": {"dropout": 2}}, r"dropout must lie in \[0, 1\)"),
+        ({"step_options": {"dropout": 2}}, "dropout probability has to be between 0 and 1"),
         ({"step_options": {"dropout": float("nan")}}, "dropout must be a finite number"),
         (
             {"experiment": "parity-interpolation", "step_options": {"n_elements": 8}},
@@ -85,8 +95,12 @@ def test_variant_names():
     ],
 )
 def test_bad_values(kwargs, message):
+    """Each value is refused with a message that names it: by its declaration's type and range (a field), or
+    by the constructor that uses it (a method's or step function's option: check_model)."""
+    from pondernet_tutorial.runs.build import check_model
+
     with pytest.raises(ValueError, match=message):
-        TrainConfig(**kwargs)
+        check_model(TrainConfig.from_options(**kwargs))
 
 
 def test_mismatch_names_the_fields():
@@ -102,7 +116,7 @@ def test_mismatch_names_the_fields():
 def test_checked_values_are_normalised():
     assert TrainConfig(devices="2", accelerator="cpu").devices == 2
     assert TrainConfig(devices="0,1", accelerator="gpu").devices == [0, 1]
-    assert TrainConfig(max_steps=4.0).max_steps == 4 and isinstance(TrainConfig(lr=1).lr, float)
+    assert TrainConfig.from_options(max_steps=4.0).max_steps == 4 and isinstance(TrainConfig(lr=1).lr, float)
     assert TrainConfig(step_options={"dropout": 0}).step_options["dropout"] == 0.0
     assert TrainConfig(experiment="parity-interpolation", step_options={"n_elements": 16}).step_options == {
         "n_elements": 16,
@@ -137,78 +151,67 @@ def test_more_cpu_devices_than_cores_are_refused(monkeypatch):
     assert TrainConfig(devices=cores + 1).devices == cores + 1  # a GPU machine: Lightning counts the GPUs
 
 
-def test_each_range_check_lives_where_its_equation_is_taught():
-    """The configuration and the command line check an option of a halting method with the function of
-    the module that teaches its equation (named by import path, so that --help loads no PyTorch), the
-    function the class itself calls: one message, wherever the value comes from."""
-    from pondernet_tutorial import halting
+def test_a_method_option_is_checked_by_its_constructor():
+    """The range of a method's option is checked once, by the constructor that uses it: the command
+    line and train() build the model on the meta device (check_model) and report the constructor's own
+    message, wherever the value comes from."""
     from pondernet_tutorial.methods import pondernet
-    from pondernet_tutorial.runs.options import METHOD_OPTIONS
-    from pondernet_tutorial.runs.registry import import_path
+    from pondernet_tutorial.runs.build import check_model
 
-    taught = {
-        ("pondernet", "lambda_p"): halting.check_lambda_p,
-        ("pondernet", "beta"): halting.check_weight,
-        ("pondernet", "kl_direction"): pondernet.check_kl_direction,
-        ("pondernet", "train_epsilon"): halting.check_epsilon,
-        ("act", "tau"): halting.check_weight,
-        ("act", "epsilon"): halting.check_epsilon,
-    }
-    for (method, name), check in taught.items():
-        assert import_path(METHOD_OPTIONS[method][name].check) is check, (method, name)
-    assert METHOD_OPTIONS["pondernet"]["kl_direction"].choices == pondernet.KL_DIRECTIONS  # read, not copied
+    config = TrainConfig(method_options={"lambda_p": 1.5})  # of the right type: TrainConfig takes it
     with pytest.raises(ValueError) as from_config:
-        TrainConfig(lambda_p=1.5)
+        check_model(config)
     with pytest.raises(ValueError) as from_loss:
         pondernet.PonderLoss(lambda_p=1.5, max_steps=20)
-    assert str(from_config.value) == str(from_loss.value)
+    assert str(from_loss.value).rstrip(".") in str(from_config.value)
+    with pytest.raises(ValueError, match="lambda_p must be a number"):
+        TrainConfig(method_options={"lambda_p": "big"})  # the type is the annotation's
 
 
-def test_each_default_is_the_constructors():
-    """A method's and a step function's options are keywords of its constructor, and the defaults that the
-    option tables read from the constructor's source (without importing it) are the signature's: every
-    parameter of every registered class, as inspect sees it on the imported class."""
+def test_each_option_is_read_from_its_constructor():
+    """A method's and a step function's options are the keywords of its constructor, read from its source
+    without importing it: the defaults and types are the signature's as inspect sees it on the imported
+    class, and each has a help line from the docstring."""
     import inspect
+    import typing
 
     from pondernet_tutorial.runs.options import (
-        METHOD_OPTIONS,
+        METHOD_ARGUMENTS,
         REQUIRED,
-        STEP_OPTIONS,
-        constructor_parameters,
+        STEP_ARGUMENTS,
+        constructor_options,
     )
     from pondernet_tutorial.runs.registry import METHODS, STEPS, import_path
 
-    assert set(STEP_OPTIONS) == set(STEPS) and set(METHOD_OPTIONS) == set(METHODS)
-    for registry, tables in ((METHODS, METHOD_OPTIONS), (STEPS, STEP_OPTIONS)):
+    for registry, skip in ((METHODS, METHOD_ARGUMENTS), (STEPS, STEP_ARGUMENTS)):
         for name, path in registry.items():
-            signature = inspect.signature(import_path(path).__init__).parameters
-            expected = {
-                key: REQUIRED if p.default is inspect.Parameter.empty else p.default
-                for key, p in signature.items()
-                if key != "self"
-            }
-            assert constructor_parameters(path) == expected, name
-            for key, option in tables[name].items():
-                default = None if expected[key] is REQUIRED else expected[key]
-                assert option.default == default and type(option.default) is type(default), (name, key)
-    for step, declared in STEP_OPTIONS.items():  # a step function's options: all its keywords
-        assert set(declared) == set(constructor_parameters(STEPS[step])) - {"n_classes"}, step
+            cls = import_path(path)
+            signature = inspect.signature(cls.__init__).parameters
+            hints = typing.get_type_hints(cls.__init__)
+            read = constructor_options(path, skip)
+            assert list(read) == [k for k in signature if k not in ("self", *skip)], name
+            for key, parameter in read.items():
+                default = signature[key].default
+                assert parameter.default == (REQUIRED if default is inspect.Parameter.empty else default)
+                assert type(parameter.default) is type(default) or default is inspect.Parameter.empty
+                kinds = [k for k in typing.get_args(hints[key]) or [hints[key]] if k is not type(None)]
+                assert [parameter.type] == kinds, (name, key)
+                assert parameter.help, f"{name}: no line for {key} in the docstring's Args"
 
 
-def test_the_configuration_has_a_field_for_every_method_option():
-    """TrainConfig declares one plain field per option of the halting methods (METHOD_OPTIONS), of its
-    type, in the order run folders name them: each method's own options, then those several share; every
-    other field is a setting of its own."""
+def test_no_method_option_is_declared_twice():
+    """A method's option is declared once, in its constructor: TrainConfig has no field of that name
+    (the options travel in method_options), and the command line's flag takes its help from the
+    constructor's docstring."""
     from dataclasses import fields
 
-    from pondernet_tutorial.runs.config import TrainConfig
-    from pondernet_tutorial.runs.options import METHOD_OPTIONS
+    from pondernet_tutorial.runs.cli import build_parser
+    from pondernet_tutorial.runs.options import all_method_options, step_options
+    from pondernet_tutorial.runs.registry import STEPS
 
-    names = [name for options in METHOD_OPTIONS.values() for name in options]
-    own = [name for name in dict.fromkeys(names) if names.count(name) == 1]
-    shared = [name for name in dict.fromkeys(names) if names.count(name) > 1]
-    declared = [f for f in fields(TrainConfig) if "option" not in f.metadata]
-    assert [f.name for f in declared] == own + shared
-    for f in declared:
-        kind = next(options[f.name].type for options in METHOD_OPTIONS.values() if f.name in options)
-        assert f.type == f"{kind.__name__} | None" and f.default is None, f.name
+    options = {name for declared in all_method_options().values() for name in declared}
+    options |= {name for step in STEPS for name in step_options(step)}
+    assert not options & {f.name for f in fields(TrainConfig)}
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    tau = next(a for a in train._actions if a.dest == "tau")
+    assert all_method_options()["act"]["tau"].help in " ".join(tau.help.split())

@@ -273,7 +273,7 @@ def test_the_metadata_says_whether_a_graph_ran_and_the_speed_is_the_training_ste
         return m
 
     monkeypatch.setattr(training, "make_module", graphed_module)
-    config = TrainConfig(
+    config = TrainConfig.from_options(
         experiment="parity-interpolation",
         output_dir=str(tmp_path),
         progress_bar=False,

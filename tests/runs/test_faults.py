@@ -64,7 +64,7 @@ TINY_ARGS += ["--step-option", "hidden_size=16", "--no-compile", "--no-progress-
 
 
 def tiny(root, **kwargs) -> TrainConfig:
-    return TrainConfig(**{**TINY, "output_dir": str(root), **kwargs})
+    return TrainConfig.from_options(**{**TINY, "output_dir": str(root), **kwargs})
 
 
 def env(**extra) -> dict:

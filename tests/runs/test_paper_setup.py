@@ -9,7 +9,7 @@ Deliberate breaks these tests catch (each was tried):
   test_the_evaluation_budget_changes_inference_not_the_loss;
 - the frozen control's early exit seeing the network's λ (``lambda_logits`` returning ``z`` in ``infer``):
   test_the_frozen_control_ignores_the_input;
-- an option added without ``omitted_at_default``: test_new_options_leave_the_shipped_identities_alone.
+- an option added without its place in ``OMITTED_AT_DEFAULT``: test_new_options_leave_the_shipped_identities_alone.
 """
 
 import pytest
@@ -122,12 +122,13 @@ def test_new_options_leave_the_shipped_identities_alone():
     assert not {"train_epsilon", "learn_halting", "eval_max_steps"} & set(old)
     assert "eval_max_steps" not in TrainConfig(experiment="parity-interpolation", method="act").identity()
     paper = TrainConfig(experiment="parity-paper16-interpolation")
-    assert (paper.train_epsilon, paper.lambda_p, paper.eval_max_steps, paper.step) == (
+    options = paper.method_options
+    assert (options["train_epsilon"], options["lambda_p"], options["eval_max_steps"], paper.step) == (
         0.05,
         0.1,
         100,
         "parity_rnn",
     )
     assert paper.variant == "pondernet-lambda_p=0.1-beta=0.01"
-    control = TrainConfig(experiment="parity-paper16-interpolation", learn_halting=False)
+    control = TrainConfig(experiment="parity-paper16-interpolation", method_options={"learn_halting": False})
     assert control.variant == "pondernet-lambda_p=0.1-beta=0.01-learn_halting=false"

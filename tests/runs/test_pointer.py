@@ -177,7 +177,7 @@ def test_encode_and_step_compile_as_one_graph():
 
 
 def test_a_tiny_run_trains_and_is_evaluated_by_difficulty(tmp_path):
-    config = TrainConfig(
+    config = TrainConfig.from_options(
         experiment="pointer-extrapolation",
         output_dir=str(tmp_path),
         progress_bar=False,

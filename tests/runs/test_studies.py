@@ -13,7 +13,11 @@ def test_studies_name_distinct_runs_and_the_grid_has_its_own_budget():
     grid = {c.run_dir for c in get_study("mnist-grid").configs()}
     assert len(reference) == 6 and len(grid) == 16 + 2 * 6  # β = 0 once: λ_p changes nothing there
     assert not reference & grid  # a shorter budget is another configuration, in another folder
-    cell = [c for c in get_study("mnist-grid").configs() if (c.lambda_p, c.beta) == (0.2, 0.01)]
+    cell = [
+        c
+        for c in get_study("mnist-grid").configs()
+        if (c.method_options["lambda_p"], c.method_options["beta"]) == (0.2, 0.01)
+    ]
     same = [c for c in get_study("mnist-reference").configs() if c.experiment == cell[0].experiment]
     assert [c.epochs for c in cell] == [5] * 3 and [c.epochs for c in same] == [20] * 3
     assert cell[0].identity() | {"epochs": 20} == same[0].identity()  # the budget is the only difference

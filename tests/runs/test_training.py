@@ -35,7 +35,7 @@ def tiny(tmp_path, **kwargs):
         compile=False,
     )
     values.update(kwargs)
-    return TrainConfig(**values)
+    return TrainConfig.from_options(**values)
 
 
 def test_same_seed_same_run_whatever_ran_before(tmp_path):
