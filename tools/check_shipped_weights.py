@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pondernet_tutorial.data.base import EvalSet
 from pondernet_tutorial.runs.checkpoints import available_pretrained, load_model
 from pondernet_tutorial.runs.config import PRETRAINED_DIR, WEIGHTS, TrainConfig, identity_differences
 from pondernet_tutorial.runs.evaluation import _datamodule_and_record, evaluate
@@ -39,25 +40,38 @@ def check_run(folder: Path) -> dict[str, float]:
     metadata, record = read_json(folder / "metadata.json"), read_json(folder / "evaluation.json")
     config = TrainConfig.from_options(**{**metadata["config"], "output_dir": str(PRETRAINED_DIR)})
     assert config.run_dir.resolve() == folder.resolve(), f"{folder} is not the folder of its configuration"
+    sets = shipped_test_sets(config, record, folder)
+    module = load_model(folder / WEIGHTS, config=config)
+    per_sample, _ = evaluate(module, sets, record["seed"])
+    by = get_experiment(config.experiment).group_by
+    new = summarize_samples(per_sample, by).reset_index(drop=True)
+    shipped = pd.read_csv(folder / "summary.csv")
+    assert len(new) == len(shipped), f"{folder}: {len(new)} rows, shipped {len(shipped)}"
+    return relative_differences(new, shipped)
+
+
+def relative_differences(new: pd.DataFrame, shipped: pd.DataFrame) -> dict[str, float]:
+    """The largest relative difference of each of :data:`COLUMNS` between two summaries' rows."""
+    relative = {}
+    for c in COLUMNS:
+        a, b = new[c].astype(float), shipped[c].astype(float)
+        relative[c] = float(((a - b).abs() / b.abs().clip(lower=1e-12)).where(a != b, 0.0).max())
+    return relative
+
+
+def shipped_test_sets(config: TrainConfig, record: dict, folder: Path) -> list[EvalSet]:
+    """The test sets of the shipped evaluation of the run in ``folder`` (``record``: its
+    ``evaluation.json``, which must be what ``config`` asks for), as that evaluation made them; sets that
+    runs share are made once, for consecutive runs (the last ones are kept)."""
     datamodule, asked = _datamodule_and_record(config, record["limit"], record["seed"], None)
     assert not identity_differences(record, asked), f"{folder}: {identity_differences(record, asked)}"
-    module = load_model(folder / WEIGHTS, config=config)
     # what the test sets depend on: the data module's settings but the run's own (seed, training data)
     settings = {k: v for k, v in datamodule.hparams.items() if k not in RUN_OWN}
     key = json.dumps([type(datamodule).__name__, settings, asked["sets"]], sort_keys=True, default=str)
     if key not in _SETS:  # the rotated MNIST test sets are the same for every run: made once
         _SETS.clear()
         _SETS[key] = datamodule.evaluation_sets()
-    per_sample, _ = evaluate(module, _SETS[key], record["seed"])
-    by = get_experiment(config.experiment).group_by
-    new = summarize_samples(per_sample, by).reset_index(drop=True)
-    shipped = pd.read_csv(folder / "summary.csv")
-    assert len(new) == len(shipped), f"{folder}: {len(new)} rows, shipped {len(shipped)}"
-    relative = {}
-    for c in COLUMNS:
-        a, b = new[c].astype(float), shipped[c].astype(float)
-        relative[c] = float(((a - b).abs() / b.abs().clip(lower=1e-12)).where(a != b, 0.0).max())
-    return relative
+    return _SETS[key]
 
 
 def main(*patterns: str) -> int:
