@@ -163,7 +163,7 @@ def test_a_shipped_run_asked_for_by_name_is_its_folder_and_scores_as_shipped(fol
     metadata, record = read_json(folder / "metadata.json"), read_json(folder / "evaluation.json")
     recorded = metadata["identity"]
     request = reader_request(recorded)
-    config = TrainConfig(**request, output_dir=str(SHIPPED))
+    config = TrainConfig.from_options(**request, output_dir=str(SHIPPED))
     named = config.run_dir.resolve()
     assert named == folder.resolve(), f"{request} names {named.relative_to(SHIPPED.resolve())}"
     assert _plain(config.identity()) == recorded
