@@ -22,7 +22,6 @@ import statistics
 import sys
 import time
 import warnings
-from dataclasses import asdict
 from pathlib import Path
 
 import lightning as L
@@ -173,8 +172,9 @@ def hardware(trainer: L.Trainer) -> dict:
 
 
 def recorded_config(config: TrainConfig) -> dict:
-    """The configuration as ``metadata.json`` records it: every field but the machine's paths."""
-    return {k: v for k, v in asdict(config).items() if k not in MACHINE_FIELDS}
+    """The configuration as ``metadata.json`` records it: every field but the machine's paths, the
+    method's options each on its own (:meth:`TrainConfig.from_options` reads it back)."""
+    return {k: v for k, v in config.options().items() if k not in MACHINE_FIELDS}
 
 
 def read_metadata(run_dir: Path) -> dict | None:
