@@ -1,8 +1,7 @@
-"""Halting against difficulty: rank correlations per run, metrics per difficulty, the verdicts' rules.
+"""The book's rules on halting against difficulty (analysis/verdicts.py): metrics per difficulty, the
+verdicts' rules.
 
 Deliberate breaks these tests catch (each was tried):
-- ``halting_by_run`` correlating the difficulty with the accuracy instead of the steps, or the spread
-  with ``ddof=1``: test_halting_by_run_by_hand;
 - ``per_difficulty`` averaging over the difficulty instead of the seeds: test_per_difficulty_by_hand;
 - ``verdict`` asking ``ρ ≥ follows`` of any seed instead of every seed, or taking a NaN ``ρ`` for a
   follower: test_verdict_rules;
@@ -20,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pondernet_tutorial.runs.difficulty import (
+from pondernet_tutorial.analysis.verdicts import (
     ACCURACY_UNDETERMINED,
     BETWEEN,
     FIXED,
@@ -31,7 +30,6 @@ from pondernet_tutorial.runs.difficulty import (
     WRONG,
     Rules,
     describe_verdicts,
-    halting_by_run,
     halting_verdict,
     interval,
     judge,
@@ -39,39 +37,6 @@ from pondernet_tutorial.runs.difficulty import (
     side,
     verdict,
 )
-
-
-def samples(seed, steps, k=(1, 2, 3, 4), correct=(1, 1, 1, 0)):
-    return pd.DataFrame(
-        {
-            "experiment": "e",
-            "variant": "v",
-            "seed": seed,
-            "set": "test",
-            "k": list(k),
-            "halt_step": list(steps),
-            "label": [0, 0, 0, 0],
-            "prediction": [0 if c else 1 for c in correct],
-        }
-    )
-
-
-def test_halting_by_run_by_hand():
-    frame = pd.concat(
-        [
-            samples(0, [1, 2, 3, 4]),  # steps = k
-            samples(1, [4, 3, 2, 1], correct=(1, 0, 0, 0)),  # the other way round
-            samples(2, [3, 3, 3, 3]),  # one depth for every input
-        ]
-    )
-    table = halting_by_run(frame).set_index("seed")
-    assert table.loc[0, "rho"] == pytest.approx(1.0) and table.loc[1, "rho"] == pytest.approx(-1.0)
-    assert math.isnan(table.loc[2, "rho"]) and table.loc[2, "spread"] == 0.0
-    assert table.loc[0, "spread"] == pytest.approx(1.25**0.5)  # over the samples, ddof = 0
-    assert table.loc[0, "steps"] == pytest.approx(2.5) and table.loc[1, "accuracy"] == pytest.approx(0.25)
-    assert list(table["n"]) == [4, 4, 4] and list(table["set"]) == ["test"] * 3
-    ties = halting_by_run(samples(0, [1, 1, 2, 2], k=(1, 2, 2, 3))).iloc[0]
-    assert ties["rho"] == pytest.approx(0.5**0.5)  # Spearman with average ranks for ties
 
 
 def test_per_difficulty_by_hand():
