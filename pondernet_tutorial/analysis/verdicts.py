@@ -36,10 +36,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
-
-from ..runs.evaluation import COVERAGE
 
 FOLLOWS, FIXED, BETWEEN, UNSOLVED = "follows difficulty", "fixed depth", "in between", "does not solve"
 WRONG = "wrong direction"  # ρ clearly below zero: harder inputs get fewer steps
@@ -120,32 +117,6 @@ class Rules:
     spread: float = 0.5
 
 
-def interval(values_by_seed: Iterable[Iterable[float]], coverage: float = COVERAGE) -> tuple:
-    """The interval of a figure over seeds and coin draws: ``(low, mid, high)``.
-
-    Args:
-        values_by_seed: per seed, the figure over its coin draws (one value where halting is not
-            random). NaNs are dropped.
-
-    Returns:
-        ``low`` the lowest seed's lower coin quantile, ``high`` the highest seed's upper quantile (the
-        central ``coverage`` of the draws), ``mid`` the mean over seeds of their mean over draws;
-        ``(nan, nan, nan)`` when nothing is left.
-    """
-    lows, mids, highs = [], [], []
-    tail = (1 - coverage) / 2
-    for values in values_by_seed:
-        values = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
-        if len(values) == 0:
-            continue
-        lows.append(float(np.quantile(values, tail)))
-        highs.append(float(np.quantile(values, 1 - tail)))
-        mids.append(float(values.mean()))
-    if not mids:
-        return (math.nan, math.nan, math.nan)
-    return (min(lows), float(np.mean(mids)), max(highs))
-
-
 def side(low: float, high: float, threshold: float) -> int:
     """``1`` when the whole interval reaches ``threshold``, ``-1`` when it all lies below, ``0`` when it
     straddles it."""
@@ -203,28 +174,6 @@ def per_difficulty(
     return stats.join(seeds).reset_index()
 
 
-def verdict(
-    solves: bool | None, rhos: Iterable[float], spreads: Iterable[float], rules: Rules = Rules()
-) -> str:
-    """Rule 3 for one configuration from its seeds' ``ρ(k, n)`` and spreads of steps (one value per
-    seed, no coin interval): :func:`halting_verdict` on the interval from the lowest to the highest
-    seed. ``solves`` None (undetermined) gives *accuracy undetermined*."""
-    if solves is None:
-        return ACCURACY_UNDETERMINED
-    if not solves:
-        return UNSOLVED
-    pairs = list(zip(rhos, spreads, strict=True))
-    if not pairs:
-        raise ValueError("a verdict needs at least one seed.")
-    rho = [r for r, _ in pairs if not math.isnan(r)]
-    low, high = (min(rho), max(rho)) if len(rho) == len(pairs) else (math.nan, math.nan)
-    if rho and len(rho) < len(pairs):  # some seeds with the same steps for every input, some not
-        low, high = min(rho), max(rho)
-        if max(s for _, s in pairs) >= rules.spread:
-            low = min(low, 0.0)  # a seed without spread counts as ρ = 0 (fixed depth)
-    return halting_verdict((low, high), max(s for _, s in pairs), rules)
-
-
 def _decide(low: float, high: float, threshold: float) -> bool | None:
     return {1: True, -1: False, 0: None}[side(low, high, threshold)]
 
@@ -236,7 +185,7 @@ def judge(runs: pd.DataFrame, chance: float, rules: Rules = Rules()) -> tuple[pd
         runs: one row per run (seed) on the set: ``config``, ``family`` (:data:`ONE_STEP` for the
             one-step networks), ``seed``, ``accuracy``, ``rho``, ``spread`` and ``steps``; optional
             ``accuracy_low``/``accuracy_high`` and ``rho_low``/``rho_high``, the seed's coin interval
-            (:func:`coin_draws`; the point value where absent: halting that is not random).
+            (the run's halting table; the point value where absent: halting that is not random).
         chance: the accuracy of a guess.
 
     Returns:
