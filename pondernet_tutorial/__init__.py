@@ -20,8 +20,8 @@ The rest serves the book's experiments and is not needed to use PonderNet:
   a run's configuration and folder, ``train()`` around ``fit()``, weights-only checkpoints and the
   shipped runs, evaluation tables, the studies behind the book, whole-file writes and locks,
   processes, the command line (``python -m pondernet_tutorial``), the fast path and the CUDA-graph
-  training step, and the difficulty analysis (the halting tables and the book's rules);
-* ``analysis/``: the book's figures and the notebooks' helpers;
+  training step, and the halting tables (how a run's steps follow the difficulty);
+* ``analysis/``: the book's figures, its rules and verdicts, and the notebooks' helpers;
 * ``pretrained/``: the shipped runs and the tables of every study.
 
 The names below are imported when first used, so ``import pondernet_tutorial.halting`` loads PyTorch

@@ -42,6 +42,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 import pondernet_tutorial
+from pondernet_tutorial.analysis.paper_claims import STUDY, UPDATES, wilson
 from pondernet_tutorial.checkpointing import FolderCheckpoint
 from pondernet_tutorial.data.base import EvalSet
 from pondernet_tutorial.fitting import StopOnNonFinite
@@ -50,7 +51,6 @@ from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model, sav
 from pondernet_tutorial.runs.config import PRETRAINED_DIR, TrainConfig
 from pondernet_tutorial.runs.evaluation import range_scores
 from pondernet_tutorial.runs.files import read_json, read_table, write_csv, write_json
-from pondernet_tutorial.runs.paper_claims import STUDY, UPDATES, wilson
 from pondernet_tutorial.runs.resume import LAST, last_checkpoint, read_checkpoint
 from pondernet_tutorial.runs.training import hardware, library_versions, quiet_lightning, trainer_options
 

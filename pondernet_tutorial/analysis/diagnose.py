@@ -1,5 +1,5 @@
 """Does a model ponder? A short diagnosis from one full unroll of a PonderNet model, with the verdict
-of the book's rules (:mod:`~pondernet_tutorial.runs.difficulty`)."""
+of the book's rules (:mod:`~pondernet_tutorial.analysis.verdicts`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from ..runs.difficulty import FIXED, Rules, halting_verdict, spearman
+from ..runs.evaluation import spearman
+from .verdicts import FIXED, Rules, halting_verdict
 
 NO_VERDICT = "no verdict without a difficulty"
 

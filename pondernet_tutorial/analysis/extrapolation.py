@@ -2,7 +2,7 @@
 chapter): each run's end with its 95% interval, the trend of its last updates with its interval, and
 the sentences the two pages guard with them, so that a test can mutate the tables and see each fail.
 
-The words follow the book's rule (:class:`~pondernet_tutorial.runs.difficulty.Rules`): a run is above
+The words follow the book's rule (:class:`~pondernet_tutorial.analysis.verdicts.Rules`): a run is above
 the *learned mark* (chance plus ``Rules.learned``) when its whole 95% interval is; under it when the
 whole interval is; otherwise undetermined. A curve *rises* (or *falls*) over its last ``window``
 updates when the 95% interval of its least-squares slope lies above (or below) zero; otherwise it has
@@ -14,8 +14,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..runs.difficulty import Rules, judge, side
-from ..runs.paper_claims import wilson
+from .paper_claims import wilson
+from .verdicts import Rules, judge, side
 
 RULES = Rules()  # the book's one rule set
 WINDOW = 100_000  # the last updates a trend is read over (ten points of the curves)
@@ -101,7 +101,7 @@ def continued_claims(continued: pd.DataFrame, chance: float = 0.5, rules: Rules 
 
 def interpolation_claims(per_run: pd.DataFrame, chance: float = 0.5, rules: Rules = RULES) -> dict:
     """The sentences chapter 12 and the closing chapter say about the paper's parity on interpolation,
-    each with whether :func:`~pondernet_tutorial.runs.difficulty.judge` and each seed's interval hold
+    each with whether :func:`~pondernet_tutorial.analysis.verdicts.judge` and each seed's interval hold
     it: ``{sentence: holds}``. ``per_run``: one row per run as ``judge`` takes it, with ``family``
     ``pondernet``, ``act`` and ``control``."""
     configs, setting = judge(per_run, chance, rules)

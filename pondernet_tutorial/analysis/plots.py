@@ -87,7 +87,7 @@ METRIC_LABELS = {
 
 # One colour per method, the same in every figure of the book; the configurations of one method share
 # its colour and differ by marker and line style (config_styles). Keys: the method families of
-# pondernet_tutorial.runs.difficulty ("one step" is its ONE_STEP).
+# pondernet_tutorial.analysis.verdicts ("one step" is its ONE_STEP).
 _COLORBLIND = sns.color_palette("colorblind")
 METHOD_COLORS = {
     "pondernet": _COLORBLIND[0],  # blue

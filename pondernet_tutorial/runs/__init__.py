@@ -7,9 +7,8 @@ reader reusing PonderNet does not.
 * :mod:`.resume`: continuing an unfinished run, trusting nothing in its folder but weights and counters;
 * :mod:`.cuda_graph`: the training step replayed from one CUDA graph (a subclass of the module);
 * :mod:`.checkpoints`: weights as ``model.safetensors`` files (data, never code), safe loading, the shipped runs;
-* :mod:`.evaluation`: per-sample, per-step and per-class tables;
-* :mod:`.difficulty`: whether halting follows an input's difficulty (the halting tables), and the
-  book's rules for the verdicts;
+* :mod:`.evaluation`: per-sample, per-step and per-class tables, and the halting tables (whether halting
+  follows an input's difficulty);
 * :mod:`.studies`: the groups of runs behind the book, ``reproduce``;
 * :mod:`.files`, :mod:`.processes`: whole-file writes, folder locks, child processes;
 * :mod:`.cli`: the command line (``python -m pondernet_tutorial``).

@@ -535,7 +535,7 @@ def _evaluation_summary(run: str, per_sample) -> str:
     sets = per_sample.drop_duplicates("set")
     exact = sets.loc[sets["mode"] == "exact", "degrees"]
     uniform = sets.loc[sets["mode"] == "uniform", "degrees"]
-    from .difficulty import count
+    from .evaluation import count
 
     covered = []
     if len(exact) > 5:

@@ -8,19 +8,25 @@ sample's halting distribution to the prior (PonderNet), and any per-sample facts
 (parity's ``k``). PonderNet's halting coins come from one generator per test set, drawn in sample order
 (:func:`~pondernet_tutorial.halting.halting_uniforms`), so the tables, ``trainer.test`` and the
 early-exit forward pass halt every sample at the same step whatever the batch size.
+
+The tasks with a difficulty per sample (parity's and pointer chasing's ``k``) get one more table,
+``halting.csv`` (:func:`halting_table`): per test set, Spearman's ``ρ(k, n)`` of the difficulty and
+the halting step, over :data:`COIN_DRAWS` fresh draws of the halting coins where halting is sampled.
+The book's rules judge it (:mod:`pondernet_tutorial.analysis.verdicts`).
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
 from ..data.base import EvalSet
 from ..methods.base import expected_steps, per_sample_loss
 from .config import WEIGHTS, TrainConfig, identity_differences
-from .difficulty import spearman
 from .files import folder_lock, read_json, read_table, write_csv, write_json
 from .processes import command_name
 
@@ -30,6 +36,24 @@ RUN_TABLES = ("summary.csv", "per_step.csv", "per_class.csv")
 # text in one is damaged, one line, not a traceback where it is used
 NUMERIC_COLUMNS = tuple("degrees k step label prediction accuracy halt_step expected_steps n".split())
 HALTING_FORMAT = "pondernet_tutorial/halting-v1"
+DIFFICULTY = "k"  # the per-sample difficulty of the tasks that have one (parity, pointer chasing)
+COIN_DRAWS = 20  # fresh halting-coin draws behind the coin interval of a sampled halting step
+COVERAGE = 0.95  # the share of the coin draws inside a seed's coin interval (the central 95%)
+
+
+def spearman(a: pd.Series, b: pd.Series) -> float:
+    """Spearman's rank correlation (Pearson's of the average ranks); NaN if either is constant."""
+    ra, rb = a.rank(), b.rank()
+    if ra.nunique() < 2 or rb.nunique() < 2:
+        return float("nan")
+    return float(ra.corr(rb))
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and the noun in the right number: ``count(1, "run")`` is ``"1 run"``, ``count(3, "run")``
+    ``"3 runs"``; ``plural`` for the irregular ones."""
+    n = int(n)
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 @torch.no_grad()
@@ -270,9 +294,114 @@ def per_sample_for_file(per_sample: pd.DataFrame) -> pd.DataFrame:
     return per_sample.assign(**whole)
 
 
+def halting_by_run(
+    per_sample: pd.DataFrame, difficulty: str = DIFFICULTY, steps: str = "halt_step", by=("set",)
+) -> pd.DataFrame:
+    """Per group (test set): how the steps follow the difficulty.
+
+    Args:
+        per_sample: per-sample tables (``label``, ``prediction``, ``steps``, ``difficulty``) with the
+            ``by`` columns.
+
+    Returns:
+        one row per group: ``rho`` (Spearman's ``ρ`` of the difficulty and the steps; NaN where either is
+        the same for every sample), ``spread`` (the standard deviation of the steps over the samples),
+        ``steps`` (their mean), ``accuracy`` and ``n``.
+    """
+    by = list(by)
+    rows = []
+    for key, group in per_sample.groupby(by, sort=False, dropna=False):
+        row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
+        row.update(
+            rho=spearman(group[difficulty], group[steps]),
+            spread=group[steps].std(ddof=0),
+            steps=group[steps].mean(),
+            accuracy=(group["prediction"] == group["label"]).mean(),
+            n=len(group),
+        )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+@torch.no_grad()
+def coin_draws(module, eval_set, draws: int = COIN_DRAWS, seed: int = 1, batch_size: int = 2000) -> dict:
+    """A run's accuracy and ``ρ(k, n)`` over ``draws`` fresh draws of its halting coins, on one set.
+
+    The network runs once; each draw samples new halting steps from the same halting logits
+    (``answer`` with its own generator, seeds ``seed``, ``seed + 1``, …; the shipped
+    tables used seed 0). Methods whose halting is not random give the same value every draw.
+
+    Returns:
+        ``accuracy`` and ``rho``: arrays ``(draws,)``.
+    """
+    model = module.model if hasattr(module, "model") else module
+    model.eval()
+    device = next(model.parameters()).device
+    outs = []
+    for start in range(0, len(eval_set.labels), batch_size):
+        x = eval_set.inputs[start : start + batch_size].to(device)
+        if not x.is_floating_point():
+            x = x.float() / 255.0
+        outs.append(model(x))  # every step of the evaluation's budget
+    k = pd.Series(np.asarray(eval_set.per_sample[DIFFICULTY]))
+    labels = eval_set.labels
+    accuracy, rho = [], []
+    for draw in range(draws):
+        generator = torch.Generator().manual_seed(seed + draw)
+        steps, correct = [], []
+        for start, out in zip(range(0, len(labels), batch_size), outs):
+            prediction, halt_step = model.answer(out, generator)
+            y = labels[start : start + batch_size]
+            steps.append(halt_step.cpu())
+            correct.append((prediction.argmax(-1).cpu() == y).float())
+        accuracy.append(float(torch.cat(correct).mean()))
+        rho.append(spearman(k, pd.Series(torch.cat(steps).numpy())))
+    return {"accuracy": np.array(accuracy), "rho": np.array(rho)}
+
+
+def halting_table(module, eval_sets, per_sample: pd.DataFrame, draws: int = COIN_DRAWS) -> pd.DataFrame:
+    """How one run's halting follows the difficulty, per test set, over ``draws`` fresh draws of the
+    halting coins. Made once per run, when it is evaluated (:func:`evaluate_halting`), so that no
+    chapter draws coins.
+
+    Args:
+        module: the trained run; its halting coins are drawn again only where its halting is random
+            (``random_halting``: PonderNet); other methods halt the same way every time.
+        eval_sets: the test sets of the run's evaluation (each with ``per_sample["k"]``).
+        per_sample: the run's evaluation (one draw of the coins, seed 0), as :func:`evaluate` wrote it.
+
+    Returns:
+        one row per set: ``rho``, ``spread``, ``steps``, ``accuracy`` and ``n`` of the evaluation's
+        draw (:func:`halting_by_run`), ``difficulty`` (the mean ``k``), ``rho_expected``
+        (``ρ(k, E[n])``, no coins), ``coin_draws`` (0 where halting is not random), and for
+        ``accuracy`` and ``rho`` the mean over the draws (``_draws``) and the central
+        :data:`COVERAGE` of them (``_low``, ``_high``; the point values where halting is not random).
+    """
+    table = halting_by_run(per_sample)
+    table["difficulty"] = per_sample.groupby("set", sort=False)[DIFFICULTY].mean().loc[table["set"]].values
+    expected = halting_by_run(per_sample, steps="expected_steps")
+    table["rho_expected"] = expected.set_index("set")["rho"].loc[table["set"]].values
+    model = module.model if hasattr(module, "model") else module
+    if not (getattr(model, "random_halting", False) and draws > 0):
+        for name in ("accuracy", "rho"):  # the same halting in every draw: the interval is the point
+            for end in ("draws", "low", "high"):
+                table[f"{name}_{end}"] = table[name]
+        return table.assign(coin_draws=0)
+    tail = (1 - COVERAGE) / 2
+    rows = []
+    for eval_set in eval_sets:
+        drawn, row = coin_draws(model, eval_set, draws), {"set": eval_set.name}
+        for name in ("accuracy", "rho"):
+            values = drawn[name][~np.isnan(drawn[name])]
+            row[f"{name}_draws"] = float(values.mean()) if len(values) else math.nan
+            row[f"{name}_low"] = float(np.quantile(values, tail)) if len(values) else math.nan
+            row[f"{name}_high"] = float(np.quantile(values, 1 - tail)) if len(values) else math.nan
+        rows.append(row)
+    return table.merge(pd.DataFrame(rows), on="set", how="left").assign(coin_draws=draws)
+
+
 def has_difficulty(config: TrainConfig) -> bool:
     """True for the experiments whose test samples carry a difficulty ``k`` (parity, pointer chasing)."""
-    from .difficulty import DIFFICULTY
     from .registry import get_experiment
 
     return DIFFICULTY in get_experiment(config.experiment).group_by
@@ -280,13 +409,11 @@ def has_difficulty(config: TrainConfig) -> bool:
 
 def halting_record(evaluation: dict) -> dict:
     """What a run's ``halting.csv`` depends on: its evaluation and the coin draws."""
-    from .difficulty import COIN_DRAWS, Rules
-
     return {
         "format": HALTING_FORMAT,
         "evaluation": evaluation,
         "coin_draws": COIN_DRAWS,
-        "coverage": Rules.coverage,
+        "coverage": COVERAGE,
     }
 
 
@@ -309,13 +436,12 @@ def evaluate_halting(
     config: TrainConfig, limit: int | None = None, seed: int = 0, overwrite: bool = False, module=None
 ) -> pd.DataFrame | None:
     """Write ``halting.csv``: how the run's halting follows the difficulty, per test set, over fresh
-    draws of its halting coins (:func:`~pondernet_tutorial.runs.difficulty.halting_table`), and
+    draws of its halting coins (:func:`halting_table`), and
     ``halting.json`` (what it depends on), last. Made once, after :func:`evaluate_run`, from the same
     test sets and per-sample table; reused while its record is unchanged. None for an experiment
     without a difficulty.
     """
     from .checkpoints import load_model
-    from .difficulty import halting_table
 
     if not has_difficulty(config):
         return None

@@ -18,7 +18,7 @@ Layout of a results folder (the shipped one is ``pondernet_tutorial/pretrained``
                                       study.json
 
 ``halting.csv`` holds, per run and test set, how the steps follow the difficulty over fresh draws of
-the halting coins (:func:`~pondernet_tutorial.runs.difficulty.halting_table`): drawn once, when a
+the halting coins (:func:`~pondernet_tutorial.runs.evaluation.halting_table`): drawn once, when a
 run is evaluated, so that the chapters read the same intervals instead of drawing coins at every build.
 """
 

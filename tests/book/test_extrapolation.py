@@ -8,8 +8,8 @@ import pytest
 
 from pondernet_tutorial.analysis import extrapolation as ex
 from pondernet_tutorial.analysis.notebook import load_json
+from pondernet_tutorial.analysis.verdicts import config_label
 from pondernet_tutorial.runs.config import PRETRAINED_DIR
-from pondernet_tutorial.runs.difficulty import config_label
 from pondernet_tutorial.runs.studies import load_study
 
 STUDY = "parity-paper16-long"

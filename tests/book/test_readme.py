@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from pondernet_tutorial.analysis.notebook import load_json
+from pondernet_tutorial.analysis.verdicts import FIXED, FOLLOWS, Rules, config_label, judge, span
 from pondernet_tutorial.runs.config import PRETRAINED_DIR
-from pondernet_tutorial.runs.difficulty import COIN_DRAWS, FIXED, FOLLOWS, Rules, config_label, judge, span
+from pondernet_tutorial.runs.evaluation import COIN_DRAWS
 from pondernet_tutorial.runs.registry import get_experiment
 from pondernet_tutorial.runs.studies import load_study
 

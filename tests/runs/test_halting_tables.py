@@ -7,25 +7,22 @@ Deliberate breaks these tests catch (each was tried):
   test_run_one_draws_the_coins_once;
 - PonderNet's ``random_halting`` False (its interval would be one draw):
   test_only_random_halting_gets_coin_draws;
+- ``halting_by_run`` correlating the difficulty with the accuracy instead of the steps, or the spread
+  with ``ddof=1``: test_halting_by_run_by_hand;
 - a shipped study without its halting table, or with tables drawn under other settings than the
   code's: test_every_shipped_study_with_a_difficulty_has_current_halting_tables.
 """
 
 import json
+import math
 
 import pandas as pd
 import pytest
 from test_training import tiny as training_tiny
 
+from pondernet_tutorial.analysis.verdicts import ONE_STEP, config_label, span
 from pondernet_tutorial.runs.config import PRETRAINED_DIR
-from pondernet_tutorial.runs.difficulty import (
-    COIN_DRAWS,
-    ONE_STEP,
-    config_label,
-    halting_by_run,
-    span,
-)
-from pondernet_tutorial.runs.evaluation import evaluate_run, halting_up_to_date
+from pondernet_tutorial.runs.evaluation import COIN_DRAWS, evaluate_run, halting_by_run, halting_up_to_date
 from pondernet_tutorial.runs.studies import Study, get_study, load_study, run_one, write_study_tables
 
 K_STUDIES = (
@@ -40,6 +37,37 @@ K_STUDIES = (
 def tiny(tmp_path, **kwargs):
     """test_training's tiny parity run, one epoch."""
     return training_tiny(tmp_path, **{"epochs": 1, **kwargs})
+
+
+def samples(seed, steps, k=(1, 2, 3, 4), correct=(1, 1, 1, 0)):
+    return pd.DataFrame(
+        {
+            "seed": seed,
+            "set": "test",
+            "k": list(k),
+            "halt_step": list(steps),
+            "label": [0, 0, 0, 0],
+            "prediction": [0 if c else 1 for c in correct],
+        }
+    )
+
+
+def test_halting_by_run_by_hand():
+    frame = pd.concat(
+        [
+            samples(0, [1, 2, 3, 4]),  # steps = k
+            samples(1, [4, 3, 2, 1], correct=(1, 0, 0, 0)),  # the other way round
+            samples(2, [3, 3, 3, 3]),  # one depth for every input
+        ]
+    )
+    table = halting_by_run(frame, by=("seed", "set")).set_index("seed")
+    assert table.loc[0, "rho"] == pytest.approx(1.0) and table.loc[1, "rho"] == pytest.approx(-1.0)
+    assert math.isnan(table.loc[2, "rho"]) and table.loc[2, "spread"] == 0.0
+    assert table.loc[0, "spread"] == pytest.approx(1.25**0.5)  # over the samples, ddof = 0
+    assert table.loc[0, "steps"] == pytest.approx(2.5) and table.loc[1, "accuracy"] == pytest.approx(0.25)
+    assert list(table["n"]) == [4, 4, 4] and list(table["set"]) == ["test"] * 3
+    ties = halting_by_run(samples(0, [1, 1, 2, 2], k=(1, 2, 2, 3))).iloc[0]
+    assert ties["rho"] == pytest.approx(0.5**0.5)  # Spearman with average ranks for ties
 
 
 def test_run_one_draws_the_coins_once(tmp_path):

@@ -31,6 +31,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .verdicts import side
+
 UPDATES = 500_000  # the update count every run trains to, whatever its accuracy
 STUDY = "parity-paper-size"  # the shipped study's folder, under pretrained/studies
 CHANCE = 0.5
@@ -70,10 +72,8 @@ def wilson(share: float, n: int, z: float = PaperRules.z) -> tuple[float, float]
 
 def at_least(low: float, high: float, mark: float) -> str:
     """:data:`HELD` when the interval ``(low, high)`` lies at or above ``mark``, :data:`NOT_HELD` when it
-    lies wholly below, :data:`UNDETERMINED` when it straddles it."""
-    if low >= mark:
-        return HELD
-    return NOT_HELD if high < mark else UNDETERMINED
+    lies wholly below, :data:`UNDETERMINED` when it straddles it (the book's :func:`~.verdicts.side`)."""
+    return {1: HELD, -1: NOT_HELD, 0: UNDETERMINED}[side(low, high, mark)]
 
 
 def within(low: float, high: float, lower: float, upper: float) -> str:

@@ -1,24 +1,23 @@
-"""Halting against difficulty: do a network's steps follow how hard each input is, and does it need
-more than one step at all?
+"""The book's rules on halting against difficulty: does a configuration solve a test set, do its steps
+follow how hard each input is, and does the set need more than one step at all?
 
-The tasks of the book with a difficulty per sample (parity's and pointer chasing's ``k``) record it in
-their per-sample tables beside the halting step. This module turns those tables into the numbers and
-the verdicts that the notebooks state:
+A run's evaluation writes its halting table (:func:`~pondernet_tutorial.runs.evaluation.halting_table`:
+per test set, ``ρ(k, n)`` and the accuracy over fresh draws of the halting coins). This module judges
+those tables and names what the notebooks state:
 
-* :func:`halting_by_run`: per run and test set, Spearman's rank correlation ``ρ(k, n)`` between each
-  sample's difficulty and its halting step, and the spread of the steps over the inputs;
-* :func:`per_difficulty`: a metric per difficulty (accuracy, steps), mean, lowest and highest over
-  seeds;
 * :func:`judge`: the verdicts of the stated :class:`Rules`, per configuration of one test set: does it
   solve the set, and if so, do its steps follow the difficulty or keep a fixed depth; and, for the
-  set, whether one step is already enough.
+  set, whether one step is already enough;
+* :func:`per_difficulty`: a metric per difficulty (accuracy, steps), mean, lowest and highest over
+  seeds;
+* :func:`config_label`, :func:`span`, :func:`describe_verdicts`: a configuration's name, an interval
+  and a count of verdicts as the book prints them.
 
 The rules, in words (the thresholds are :class:`Rules`' fields, declared once, each with its reason).
 Every figure is an interval, from the lowest seed to the highest and, where halting is sampled, over
-:data:`COIN_DRAWS` fresh draws of the halting coins (:func:`interval`, :func:`coin_draws`). A verdict is
-given only when the whole interval lies on one side of its threshold; otherwise it is undetermined, and
-the verdict says which figure left it open: *accuracy undetermined* (rule 1) or *ρ undetermined*
-(rule 3).
+the coin draws of the halting table. A verdict is given only when the whole interval lies on one side
+of its threshold (:func:`side`); otherwise it is undetermined, and the verdict says which figure left
+it open: *accuracy undetermined* (rule 1) or *ρ undetermined* (rule 3).
 
 1. A set is *learned* when the best configuration's accuracy reaches ``learned`` above chance, *not
    learned* when it stays below. A configuration *solves* the set when its accuracy reaches the best
@@ -37,20 +36,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
-import torch
 
-
-def spearman(a: pd.Series, b: pd.Series) -> float:
-    """Spearman's rank correlation (Pearson's of the average ranks); NaN if either is constant."""
-    ra, rb = a.rank(), b.rank()
-    if ra.nunique() < 2 or rb.nunique() < 2:
-        return float("nan")
-    return float(ra.corr(rb))
-
-
-RUN_KEYS = ("experiment", "variant", "seed")
 FOLLOWS, FIXED, BETWEEN, UNSOLVED = "follows difficulty", "fixed depth", "in between", "does not solve"
 WRONG = "wrong direction"  # ρ clearly below zero: harder inputs get fewer steps
 # an interval straddles a threshold, so the data cannot decide; the verdict names the figure
@@ -58,8 +45,6 @@ ACCURACY_UNDETERMINED = "accuracy undetermined"  # rule 1: does it solve the set
 RHO_UNDETERMINED = "ρ undetermined"  # rule 3: which class of ρ(k, n)?
 VERDICTS = (FOLLOWS, BETWEEN, FIXED, WRONG, UNSOLVED, ACCURACY_UNDETERMINED, RHO_UNDETERMINED)
 ONE_STEP = "one step"  # the family of the one-step networks (rule 2)
-COIN_DRAWS = 20  # fresh halting-coin draws behind the coin interval of a sampled halting step
-DIFFICULTY = "k"  # the per-sample difficulty of the tasks that have one (parity, pointer chasing)
 
 
 def config_label(config: dict) -> tuple[str, str]:
@@ -123,7 +108,6 @@ class Rules:
             direction. 0.3: a weak correlation by the usual convention (Cohen's small-to-medium).
         spread: standard deviation of the steps over the inputs (in steps) below which they are fixed:
             half a step, less than the smallest change of a halting step.
-        coverage: the share of the coin draws inside a seed's coin interval (the central 95%).
     """
 
     margin: float = 0.01
@@ -131,33 +115,6 @@ class Rules:
     follows: float = 0.8
     flat: float = 0.3
     spread: float = 0.5
-    coverage: float = 0.95
-
-
-def interval(values_by_seed: Iterable[Iterable[float]], coverage: float = Rules.coverage) -> tuple:
-    """The interval of a figure over seeds and coin draws: ``(low, mid, high)``.
-
-    Args:
-        values_by_seed: per seed, the figure over its coin draws (one value where halting is not
-            random). NaNs are dropped.
-
-    Returns:
-        ``low`` the lowest seed's lower coin quantile, ``high`` the highest seed's upper quantile (the
-        central ``coverage`` of the draws), ``mid`` the mean over seeds of their mean over draws;
-        ``(nan, nan, nan)`` when nothing is left.
-    """
-    lows, mids, highs = [], [], []
-    tail = (1 - coverage) / 2
-    for values in values_by_seed:
-        values = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
-        if len(values) == 0:
-            continue
-        lows.append(float(np.quantile(values, tail)))
-        highs.append(float(np.quantile(values, 1 - tail)))
-        mids.append(float(values.mean()))
-    if not mids:
-        return (math.nan, math.nan, math.nan)
-    return (min(lows), float(np.mean(mids)), max(highs))
 
 
 def side(low: float, high: float, threshold: float) -> int:
@@ -194,38 +151,6 @@ def halting_verdict(rho: tuple, spread_high: float, rules: Rules = Rules()) -> s
     return cls(low) if cls(low) == cls(high) else RHO_UNDETERMINED
 
 
-def halting_by_run(
-    per_sample: pd.DataFrame,
-    difficulty: str = "k",
-    steps: str = "halt_step",
-    by: Iterable[str] = (*RUN_KEYS, "set"),
-) -> pd.DataFrame:
-    """Per run and test set: how the steps follow the difficulty.
-
-    Args:
-        per_sample: per-sample tables (``label``, ``prediction``, ``steps``, ``difficulty``) with the
-            ``by`` columns (:func:`~pondernet_tutorial.analysis.notebook.load_table` adds the run's).
-
-    Returns:
-        one row per group: ``rho`` (Spearman's ``ρ`` of the difficulty and the steps; NaN where either is
-        the same for every sample), ``spread`` (the standard deviation of the steps over the samples),
-        ``steps`` (their mean), ``accuracy`` and ``n``.
-    """
-    by = list(by)
-    rows = []
-    for key, group in per_sample.groupby(by, sort=False, dropna=False):
-        row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
-        row.update(
-            rho=spearman(group[difficulty], group[steps]),
-            spread=group[steps].std(ddof=0),
-            steps=group[steps].mean(),
-            accuracy=(group["prediction"] == group["label"]).mean(),
-            n=len(group),
-        )
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 def per_difficulty(
     summary: pd.DataFrame,
     by: Iterable[str] = ("experiment", "variant"),
@@ -249,28 +174,6 @@ def per_difficulty(
     return stats.join(seeds).reset_index()
 
 
-def verdict(
-    solves: bool | None, rhos: Iterable[float], spreads: Iterable[float], rules: Rules = Rules()
-) -> str:
-    """Rule 3 for one configuration from its seeds' ``ρ(k, n)`` and spreads of steps (one value per
-    seed, no coin interval): :func:`halting_verdict` on the interval from the lowest to the highest
-    seed. ``solves`` None (undetermined) gives *accuracy undetermined*."""
-    if solves is None:
-        return ACCURACY_UNDETERMINED
-    if not solves:
-        return UNSOLVED
-    pairs = list(zip(rhos, spreads, strict=True))
-    if not pairs:
-        raise ValueError("a verdict needs at least one seed.")
-    rho = [r for r, _ in pairs if not math.isnan(r)]
-    low, high = (min(rho), max(rho)) if len(rho) == len(pairs) else (math.nan, math.nan)
-    if rho and len(rho) < len(pairs):  # some seeds with the same steps for every input, some not
-        low, high = min(rho), max(rho)
-        if max(s for _, s in pairs) >= rules.spread:
-            low = min(low, 0.0)  # a seed without spread counts as ρ = 0 (fixed depth)
-    return halting_verdict((low, high), max(s for _, s in pairs), rules)
-
-
 def _decide(low: float, high: float, threshold: float) -> bool | None:
     return {1: True, -1: False, 0: None}[side(low, high, threshold)]
 
@@ -282,7 +185,7 @@ def judge(runs: pd.DataFrame, chance: float, rules: Rules = Rules()) -> tuple[pd
         runs: one row per run (seed) on the set: ``config``, ``family`` (:data:`ONE_STEP` for the
             one-step networks), ``seed``, ``accuracy``, ``rho``, ``spread`` and ``steps``; optional
             ``accuracy_low``/``accuracy_high`` and ``rho_low``/``rho_high``, the seed's coin interval
-            (:func:`coin_draws`; the point value where absent: halting that is not random).
+            (the run's halting table; the point value where absent: halting that is not random).
         chance: the accuracy of a guess.
 
     Returns:
@@ -355,55 +258,6 @@ def judge(runs: pd.DataFrame, chance: float, rules: Rules = Rules()) -> tuple[pd
     return configs, setting
 
 
-def coin_draws(module, eval_set, draws: int = COIN_DRAWS, seed: int = 1, batch_size: int = 2000) -> dict:
-    """A run's accuracy and ``ρ(k, n)`` over ``draws`` fresh draws of its halting coins, on one set.
-
-    The network runs once; each draw samples new halting steps from the same halting logits
-    (``answer`` with its own generator, seeds ``seed``, ``seed + 1``, …; the shipped
-    tables used seed 0). Methods whose halting is not random give the same value every draw.
-
-    Returns:
-        ``accuracy`` and ``rho``: arrays ``(draws,)``; ``rho_expected``: ``ρ(k, E[n])`` (no coins).
-    """
-    model = module.model if hasattr(module, "model") else module
-    model.eval()
-    device = next(model.parameters()).device
-    outs = []
-    with torch.no_grad():
-        for start in range(0, len(eval_set.labels), batch_size):
-            x = eval_set.inputs[start : start + batch_size].to(device)
-            if not x.is_floating_point():
-                x = x.float() / 255.0
-            outs.append(model(x))  # every step of the evaluation's budget
-    k = pd.Series(np.asarray(eval_set.per_sample[DIFFICULTY]))
-    labels = eval_set.labels
-    accuracy, rho = [], []
-    for draw in range(draws):
-        generator = torch.Generator().manual_seed(seed + draw)
-        steps, correct = [], []
-        for start, out in zip(range(0, len(labels), batch_size), outs):
-            prediction, halt_step = model.answer(out, generator)
-            y = labels[start : start + batch_size]
-            steps.append(halt_step.cpu())
-            correct.append((prediction.argmax(-1).cpu() == y).float())
-        accuracy.append(float(torch.cat(correct).mean()))
-        rho.append(spearman(k, pd.Series(torch.cat(steps).numpy())))
-    p = torch.cat([model.weights(out).float().cpu() for out in outs], dim=1)  # (N, samples)
-    expected = (torch.arange(1, len(p) + 1)[:, None] * p).sum(0).numpy()  # E[n] = Σ_n n p_n
-    return {
-        "accuracy": np.array(accuracy),
-        "rho": np.array(rho),
-        "rho_expected": spearman(k, pd.Series(expected)),
-    }
-
-
-def count(n: int, noun: str, plural: str | None = None) -> str:
-    """``n`` and the noun in the right number: ``count(1, "run")`` is ``"1 run"``, ``count(3, "run")``
-    ``"3 runs"``; ``plural`` for the irregular ones."""
-    n = int(n)
-    return f"{n} {noun if n == 1 else plural or noun + 's'}"
-
-
 def describe_verdicts(verdicts: Iterable[str]) -> str:
     """The verdicts of several configurations, counted in the order of :data:`VERDICTS`:
     ``"follows difficulty (2 of 3), in between (1 of 3)"``; ``"—"`` for none."""
@@ -415,65 +269,3 @@ def describe_verdicts(verdicts: Iterable[str]) -> str:
     if unknown:
         raise ValueError(f"unknown verdicts {sorted(unknown)}; expected some of {VERDICTS}.")
     return ", ".join(f"{name} ({n} of {len(verdicts)})" for name, n in counts)
-
-
-def coin_intervals(
-    models, eval_sets, draws: int = COIN_DRAWS, coverage: float = Rules.coverage
-) -> pd.DataFrame:
-    """:func:`coin_draws` for several runs and sets, as columns for :func:`judge`.
-
-    Args:
-        models: ``{run key: model}`` (a key is whatever identifies the run, e.g. ``(variant, seed)``).
-        eval_sets: the test sets (each with ``per_sample["k"]``).
-
-    Returns:
-        one row per run and set: ``key``, ``set``, ``accuracy_draws`` (mean), ``accuracy_low``,
-        ``accuracy_high``, ``rho_draws`` (mean), ``rho_low``, ``rho_high`` (the central ``coverage``
-        of the draws) and ``rho_expected``.
-    """
-    tail = (1 - coverage) / 2
-    rows = []
-    for key, model in models.items():
-        for eval_set in eval_sets:
-            drawn = coin_draws(model, eval_set, draws)
-            row = {"key": key, "set": eval_set.name, "rho_expected": drawn["rho_expected"]}
-            for name in ("accuracy", "rho"):
-                values = drawn[name][~np.isnan(drawn[name])]
-                row[f"{name}_draws"] = float(values.mean()) if len(values) else math.nan
-                row[f"{name}_low"] = float(np.quantile(values, tail)) if len(values) else math.nan
-                row[f"{name}_high"] = float(np.quantile(values, 1 - tail)) if len(values) else math.nan
-            rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def halting_table(module, eval_sets, per_sample: pd.DataFrame, draws: int = COIN_DRAWS) -> pd.DataFrame:
-    """How one run's halting follows the difficulty, per test set: the figures of rule 3 and of rule 1,
-    over ``draws`` fresh draws of the halting coins. Made once per run, when it is evaluated
-    (:func:`~pondernet_tutorial.runs.evaluation.evaluate_halting`), so that no chapter draws coins.
-
-    Args:
-        module: the trained run; its halting coins are drawn again only where its halting is random
-            (``random_halting``: PonderNet); other methods halt the same way every time.
-        eval_sets: the test sets of the run's evaluation (each with ``per_sample["k"]``).
-        per_sample: the run's evaluation (one draw of the coins, seed 0), as
-            :func:`~pondernet_tutorial.runs.evaluation.evaluate` wrote it.
-
-    Returns:
-        one row per set: ``rho``, ``spread``, ``steps``, ``accuracy`` and ``n`` of the evaluation's
-        draw (:func:`halting_by_run`), ``difficulty`` (the mean ``k``), ``rho_expected``
-        (``ρ(k, E[n])``, no coins), ``coin_draws`` (0 where halting is not random) and the columns of
-        :func:`coin_intervals`: ``accuracy_draws``, ``accuracy_low``, ``accuracy_high``,
-        ``rho_draws``, ``rho_low``, ``rho_high`` (the point values where halting is not random).
-    """
-    table = halting_by_run(per_sample, DIFFICULTY, by=("set",))
-    table["difficulty"] = per_sample.groupby("set", sort=False)[DIFFICULTY].mean().loc[table["set"]].values
-    expected = halting_by_run(per_sample, DIFFICULTY, steps="expected_steps", by=("set",))
-    table["rho_expected"] = expected.set_index("set")["rho"].loc[table["set"]].values
-    model = module.model if hasattr(module, "model") else module
-    if getattr(model, "random_halting", False) and draws > 0:
-        coins = coin_intervals({None: model}, eval_sets, draws).drop(columns=["key", "rho_expected"])
-        return table.merge(coins, on="set", how="left").assign(coin_draws=draws)
-    for name in ("accuracy", "rho"):  # the same halting in every draw: the interval is the point
-        for end in ("draws", "low", "high"):
-            table[f"{name}_{end}"] = table[name]
-    return table.assign(coin_draws=0)

@@ -1,11 +1,10 @@
-"""Halting against difficulty: rank correlations per run, metrics per difficulty, the verdicts' rules.
+"""The book's rules on halting against difficulty (analysis/verdicts.py): metrics per difficulty, the
+verdicts' rules.
 
 Deliberate breaks these tests catch (each was tried):
-- ``halting_by_run`` correlating the difficulty with the accuracy instead of the steps, or the spread
-  with ``ddof=1``: test_halting_by_run_by_hand;
 - ``per_difficulty`` averaging over the difficulty instead of the seeds: test_per_difficulty_by_hand;
-- ``verdict`` asking ``ρ ≥ follows`` of any seed instead of every seed, or taking a NaN ``ρ`` for a
-  follower: test_verdict_rules;
+- ``halting_verdict`` classifying by the interval's upper end alone, or taking a NaN ``ρ`` for a
+  follower: test_halting_verdict_rules;
 - ``judge`` measuring the margin from chance instead of from the best configuration, or ignoring
   ``learned``: test_judge_solves_within_the_margin_of_the_best and test_judge_a_set_nobody_learns;
 - ``halting_verdict`` classifying the interval's middle instead of both its ends (92 failures), or
@@ -14,13 +13,11 @@ Deliberate breaks these tests catch (each was tried):
   test_judge_solves_within_the_margin_of_the_best.
 """
 
-import math
-
 import numpy as np
 import pandas as pd
 import pytest
 
-from pondernet_tutorial.runs.difficulty import (
+from pondernet_tutorial.analysis.verdicts import (
     ACCURACY_UNDETERMINED,
     BETWEEN,
     FIXED,
@@ -31,47 +28,11 @@ from pondernet_tutorial.runs.difficulty import (
     WRONG,
     Rules,
     describe_verdicts,
-    halting_by_run,
     halting_verdict,
-    interval,
     judge,
     per_difficulty,
     side,
-    verdict,
 )
-
-
-def samples(seed, steps, k=(1, 2, 3, 4), correct=(1, 1, 1, 0)):
-    return pd.DataFrame(
-        {
-            "experiment": "e",
-            "variant": "v",
-            "seed": seed,
-            "set": "test",
-            "k": list(k),
-            "halt_step": list(steps),
-            "label": [0, 0, 0, 0],
-            "prediction": [0 if c else 1 for c in correct],
-        }
-    )
-
-
-def test_halting_by_run_by_hand():
-    frame = pd.concat(
-        [
-            samples(0, [1, 2, 3, 4]),  # steps = k
-            samples(1, [4, 3, 2, 1], correct=(1, 0, 0, 0)),  # the other way round
-            samples(2, [3, 3, 3, 3]),  # one depth for every input
-        ]
-    )
-    table = halting_by_run(frame).set_index("seed")
-    assert table.loc[0, "rho"] == pytest.approx(1.0) and table.loc[1, "rho"] == pytest.approx(-1.0)
-    assert math.isnan(table.loc[2, "rho"]) and table.loc[2, "spread"] == 0.0
-    assert table.loc[0, "spread"] == pytest.approx(1.25**0.5)  # over the samples, ddof = 0
-    assert table.loc[0, "steps"] == pytest.approx(2.5) and table.loc[1, "accuracy"] == pytest.approx(0.25)
-    assert list(table["n"]) == [4, 4, 4] and list(table["set"]) == ["test"] * 3
-    ties = halting_by_run(samples(0, [1, 1, 2, 2], k=(1, 2, 2, 3))).iloc[0]
-    assert ties["rho"] == pytest.approx(0.5**0.5)  # Spearman with average ranks for ties
 
 
 def test_per_difficulty_by_hand():
@@ -91,29 +52,18 @@ def test_per_difficulty_by_hand():
     assert table.loc[2, "halt_step_mean"] == pytest.approx(4.0) and table.loc[1, "seeds"] == 3
 
 
-def test_verdict_rules():
+def test_halting_verdict_rules():
+    """Rule 3 on an interval of ρ(k, n): the class both ends fall in, undetermined across a threshold,
+    fixed depth where the steps do not vary (no ρ, or a spread under the rule's)."""
     rules = Rules(follows=0.8, flat=0.3, spread=0.5)
-    assert verdict(True, [0.9, 0.85, 0.95], [2, 2, 2], rules) == FOLLOWS
-    assert verdict(True, [0.9, 0.79, 0.95], [2, 2, 2], rules) == RHO_UNDETERMINED  # straddles 0.8
-    assert verdict(True, [0.5, 0.7], [2, 2], rules) == BETWEEN
-    assert verdict(True, [0.1, -0.2, 0.25], [2, 2, 2], rules) == FIXED  # steps vary, not with k
-    assert verdict(True, [-0.59, -0.37], [2, 2], rules) == WRONG  # harder inputs, fewer steps
-    assert verdict(True, [-0.4, -0.2], [2, 2], rules) == RHO_UNDETERMINED  # straddles −0.3
-    assert verdict(True, [0.9, float("nan")], [2, 0.0], rules) == RHO_UNDETERMINED  # one follows, one fixed
-    assert verdict(True, [float("nan"), 0.6], [0.0, 0.3], rules) == FIXED  # steps nearly constant
-    assert verdict(True, [float("nan")], [0.0], rules) == FIXED
-    assert verdict(False, [0.9, 0.9], [2, 2], rules) == UNSOLVED
-    assert verdict(None, [0.9, 0.9], [2, 2], rules) == ACCURACY_UNDETERMINED
-    with pytest.raises(ValueError):
-        verdict(True, [0.9], [1.0, 2.0], rules)
-
-
-def test_interval_over_seeds_and_coin_draws():
-    draws = np.linspace(0.80, 0.90, 41)  # one seed's ρ over its coin draws
-    low, mid, high = interval([draws, [0.95]], coverage=0.95)
-    assert low == pytest.approx(np.quantile(draws, 0.025)) and high == 0.95
-    assert mid == pytest.approx((draws.mean() + 0.95) / 2)
-    assert all(math.isnan(v) for v in interval([[float("nan")]]))
+    assert halting_verdict((0.85, 0.95), 2.0, rules) == FOLLOWS
+    assert halting_verdict((0.79, 0.95), 2.0, rules) == RHO_UNDETERMINED  # straddles 0.8
+    assert halting_verdict((0.5, 0.7), 2.0, rules) == BETWEEN
+    assert halting_verdict((-0.2, 0.25), 2.0, rules) == FIXED  # steps vary, not with k
+    assert halting_verdict((-0.59, -0.37), 2.0, rules) == WRONG  # harder inputs, fewer steps
+    assert halting_verdict((-0.4, -0.2), 2.0, rules) == RHO_UNDETERMINED  # straddles −0.3
+    assert halting_verdict((float("nan"), float("nan")), 2.0, rules) == FIXED  # the same steps for all
+    assert halting_verdict((0.9, 0.9), 0.3, rules) == FIXED  # steps nearly constant
     assert side(0.81, 0.9, 0.8) == 1 and side(0.7, 0.79, 0.8) == -1 and side(0.79, 0.81, 0.8) == 0
 
 

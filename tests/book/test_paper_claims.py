@@ -1,11 +1,11 @@
-"""The rules that judge the paper's three parity claims (runs/paper_claims.py), on ends made up to sit
+"""The rules that judge the paper's three parity claims (analysis/paper_claims.py), on ends made up to sit
 on each side of each threshold: a rule that drifts from its docstring fails here."""
 
 import math
 
 import pytest
 
-from pondernet_tutorial.runs import paper_claims as pc
+from pondernet_tutorial.analysis import paper_claims as pc
 
 N = 8_000
 
