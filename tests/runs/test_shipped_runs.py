@@ -196,3 +196,9 @@ def test_a_shipped_run_asked_for_by_name_is_its_folder_and_scores_as_shipped(fol
 def test_every_run_that_a_study_ships_with_its_weights_is_shipped():
     missing = [str(folder) for folder in study_configs() if folder not in {run.resolve() for run in RUNS}]
     assert not missing, missing
+
+
+def test_the_shipped_weights_are_safetensors_and_nothing_else():
+    """Every shipped model is a safetensors file (data); no pickle (``*.pt``, ``*.ckpt``) is shipped."""
+    assert not [*SHIPPED.rglob("*.pt"), *SHIPPED.rglob("*.ckpt")]
+    assert len(RUNS) == len(list(SHIPPED.rglob("seed*/model.safetensors"))) > 100
