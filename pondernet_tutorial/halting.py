@@ -1,9 +1,10 @@
 """What PonderNet and ACT share off the training path: the checks of their parameters, the coins of
-PonderNet's halting and the geometric prior.
+PonderNet's halting and its priors.
 
 * the domains of λ_p, N, ε and the weight of a loss term (β, τ), checked where a method is built;
 * the coins: ``Bernoulli(λ_n)`` drawn from uniforms, ``u_n < λ_n``, for inference and evaluation;
-* the prior ``p_G(n) = λ_p (1 − λ_p)^{n−1}``, truncated at N, in log space.
+* the priors, in log space: the paper's geometric ``p_G(n) = λ_p (1 − λ_p)^{n−1}``, truncated at N, and
+  LoopLM's uniform ``π_n = 1/N``.
 
 The halting distribution ``p_n`` and PonderNet's loss are in :mod:`~pondernet_tutorial.methods.pondernet`.
 """
@@ -137,6 +138,26 @@ def log_geometric_prior(
     if renormalize:
         log_prior = log_prior - math.log1p(-((1.0 - lambda_p) ** max_steps))  # ÷ Σ_{n≤N} p_G(n)
     return log_prior.to(device=device, dtype=dtype)
+
+
+PRIORS = ("geometric", "uniform")  # p_G(λ_p) (the paper's), 1/N (LoopLM/Ouro's)
+
+
+def check_prior(prior: str, name: str = "prior") -> str:
+    """Return the prior's name, or raise a ``ValueError`` that names the two."""
+    if prior not in PRIORS:
+        raise ValueError(
+            f"{name} must be 'geometric' (the paper's p_G(lambda_p)) or 'uniform' (1/N, as LoopLM), "
+            f"got {prior!r}."
+        )
+    return prior
+
+
+def log_uniform_prior(max_steps: int, device=None, dtype=torch.float32) -> Tensor:
+    """Log of the uniform prior ``π_n = 1/N`` over n = 1..N, ``(N,)``: the prior of LoopLM/Ouro (Zhu et
+    al. 2025, arXiv 2510.25741, §3.3), which favours no depth. It has no λ_p."""
+    max_steps = check_max_steps(max_steps)
+    return torch.full((max_steps,), -math.log(max_steps), device=device, dtype=dtype)  # log π_n = −log N
 
 
 def constant_lambda_distribution(lambda_p: float, max_steps: int, dtype=torch.float32) -> Tensor:

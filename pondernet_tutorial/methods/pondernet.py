@@ -4,7 +4,7 @@ Training unrolls all ``N = max_steps`` steps (``forward``) and trains every step
 
     p_n   = λ_n ∏_{j<n} (1 − λ_j),  λ_N = 1           (log_halting_distribution, in log space)
     L_Rec = Σ_n p_n ℒ(y, ŷ_n)                          (ReconstructionLoss)
-    L_Reg = KL(p ‖ p_G(λ_p))                            (RegularizationLoss)
+    L_Reg = KL(p ‖ π),  π = p_G(λ_p) or 1/N             (RegularizationLoss)
     L     = L_Rec + β · L_Reg                           (PonderLoss), averaged over the batch,
 
 while inference (``infer``) flips the coin ``Bernoulli(λ_n)`` after each step: a sample that halts
@@ -13,6 +13,13 @@ leaves the computation, and the loop stops once every sample has halted.
 Everything is computed from ``log p`` (``λ_n = sigmoid(z_n)``, ``log σ(z) = logsigmoid(z)``,
 ``log(1 − σ(z)) = logsigmoid(−z)``, both finite for every finite ``z``), so no probability underflows to
 ``log 0``, and no loss has a Python loop over steps.
+
+The prior ``π`` is the paper's geometric ``p_G(λ_p)`` or, with ``prior="uniform"``, ``π_n = 1/N``, the
+prior of LoopLM/Ouro (Zhu et al. 2025, arXiv 2510.25741, §3.3). Then ``KL(p ‖ π) = −H(p) + log N``, so
+``β · L_Reg`` is their entropy bonus ``−β H(p)`` (their Eq. 4) up to the constant ``β log N``: it pulls
+``p`` towards spreading over the steps, not towards halting early. Only the prior is theirs: inference
+still flips PonderNet's coins, where Ouro exits at the first step whose CDF reaches a threshold ``q``
+(§3.2), and their second stage, which trains the gate alone (§3.4), is not here.
 
 The KL direction has a name that says which distribution comes first: ``"p_prior"`` is the paper's
 ``KL(p ‖ p_G)`` and ``"prior_p"`` is ``KL(p_G ‖ p)``, what
@@ -34,10 +41,12 @@ from ..halting import (
     check_epsilon,
     check_lambda_p,
     check_max_steps,
+    check_prior,
     check_weight,
     geometric_prior,
     halting_uniforms,
     log_geometric_prior,
+    log_uniform_prior,
     sample_halting_step,
 )
 from ..steps.base import select_rows, state_batch_size
@@ -134,10 +143,10 @@ class ReconstructionLoss(nn.Module):
 
 
 class RegularizationLoss(nn.Module):
-    """KL divergence between the halting distribution and a truncated geometric prior.
+    """KL divergence between the halting distribution and a prior: a truncated geometric or a uniform one.
 
     Args:
-        lambda_p: the prior's per-step halting probability, in (0, 1).
+        lambda_p: the geometric prior's per-step halting probability, in (0, 1).
         max_steps: N, the number of steps the distribution covers.
         direction: ``"p_prior"`` computes the paper's ``KL(p ‖ p_G) = Σ_n p_n (log p_n − log p_G,n)``.
             ``"prior_p"`` computes ``KL(p_G ‖ p) = Σ_n p_G,n (log p_G,n − log p_n)``, which is what
@@ -145,6 +154,7 @@ class RegularizationLoss(nn.Module):
         renormalize_prior: make the truncated prior sum to 1 (default: the plain geometric pmf, as in
             the popular implementations; it misses the mass ``(1 − λ_p)^N`` beyond N, so
             ``KL(p_G ‖ p)`` can then be negative).
+        prior: ``"geometric"``, ``p_G(λ_p)``, or ``"uniform"``, ``1/N`` (which ignores ``lambda_p``).
     """
 
     def __init__(
@@ -153,13 +163,20 @@ class RegularizationLoss(nn.Module):
         max_steps: int,
         direction: str = "p_prior",
         renormalize_prior: bool = False,
+        prior: str = "geometric",
     ):
         super().__init__()
         self.direction = check_kl_direction(direction)
         self.lambda_p = check_lambda_p(lambda_p)
         self.max_steps = check_max_steps(max_steps)
         self.renormalize_prior = renormalize_prior
-        log_prior = log_geometric_prior(lambda_p, max_steps, renormalize_prior)
+        self.prior = check_prior(prior)
+        if prior == "uniform" and renormalize_prior:
+            raise ValueError("renormalize_prior renormalises the geometric prior: the uniform one sums to 1.")
+        if prior == "uniform":
+            log_prior = log_uniform_prior(max_steps)
+        else:
+            log_prior = log_geometric_prior(lambda_p, max_steps, renormalize_prior)
         self.register_buffer("log_prior", log_prior[:, None], persistent=False)  # (N, 1)
 
     def forward(self, log_p: Tensor) -> Tensor:
@@ -174,11 +191,11 @@ class RegularizationLoss(nn.Module):
             raise ValueError(
                 f"log_p must have shape (max_steps={self.max_steps}, batch), got {tuple(log_p.shape)}."
             )
-        log_q = self.log_prior.to(log_p.dtype)
+        log_q = self.log_prior.to(log_p.dtype)  # log π_n
         if self.direction == "p_prior":
-            kl = log_p.exp() * (log_p - log_q)  # p_n (log p_n − log p_G,n); 0 where p_n underflows
+            kl = log_p.exp() * (log_p - log_q)  # p_n (log p_n − log π_n); 0 where p_n underflows
         else:
-            kl = log_q.exp() * (log_q - log_p)  # p_G,n (log p_G,n − log p_n); finite: log p > −inf
+            kl = log_q.exp() * (log_q - log_p)  # π_n (log π_n − log p_n); finite: log p > −inf
         return kl.sum(0).mean()
 
 
@@ -186,7 +203,7 @@ class PonderLoss(nn.Module):
     """``L = L_Rec + β · L_Reg``; returns the three terms.
 
     Args:
-        lambda_p, max_steps, direction, renormalize_prior: see :class:`RegularizationLoss`.
+        lambda_p, max_steps, direction, renormalize_prior, prior: see :class:`RegularizationLoss`.
         beta: weight β ≥ 0 of the regularisation.
         loss_fn: the per-sample task loss of :class:`ReconstructionLoss`.
     """
@@ -199,11 +216,12 @@ class PonderLoss(nn.Module):
         direction: str = "p_prior",
         renormalize_prior: bool = False,
         loss_fn: Callable[[Tensor, Tensor], Tensor] | None = None,
+        prior: str = "geometric",
     ):
         super().__init__()
         self.beta = check_weight(beta, "beta")  # β ≥ 0
         self.reconstruction = ReconstructionLoss(loss_fn)
-        self.regularization = RegularizationLoss(lambda_p, max_steps, direction, renormalize_prior)
+        self.regularization = RegularizationLoss(lambda_p, max_steps, direction, renormalize_prior, prior)
 
     def forward(self, logits: Tensor, log_p: Tensor, targets: Tensor) -> dict[str, Tensor]:
         """Return ``{"loss", "reconstruction", "regularization"}`` (scalars) for logits ``(N, B, C)``,
@@ -225,6 +243,8 @@ class PonderNet(HaltingMethod):
         kl_direction: ``p_prior``, the paper's KL(p ‖ p_G), or ``prior_p``, KL(p_G ‖ p) as in the
             article's, labml's and mildlyoverfitted's code.
         renormalize_prior: renormalise the truncated geometric prior to sum to 1.
+        prior: ``geometric``, the paper's p_G(λ_p), or ``uniform``, 1/N as in LoopLM/Ouro. The uniform
+            prior has no λ_p: λ_p then sets only the frozen control's λ_n (``learn_halting`` False).
         loss_fn: per-sample task loss (cross-entropy by default).
         halting_bias: initial bias of the step function's halting layer (None: PyTorch's default).
         train_epsilon: the paper's rule for N in training (:func:`truncate_at_epsilon`); None: every
@@ -245,6 +265,7 @@ class PonderNet(HaltingMethod):
         beta: float = 0.01,
         kl_direction: str = "p_prior",
         renormalize_prior: bool = False,
+        prior: str = "geometric",
         loss_fn=None,
         halting_bias: float | None = None,
         train_epsilon: float | None = None,
@@ -252,7 +273,9 @@ class PonderNet(HaltingMethod):
         eval_max_steps: int | None = None,
     ):
         super().__init__(step_function, max_steps, loss_fn, halting_bias, eval_max_steps)
-        self.criterion = PonderLoss(lambda_p, max_steps, beta, kl_direction, renormalize_prior, self.loss_fn)
+        self.criterion = PonderLoss(
+            lambda_p, max_steps, beta, kl_direction, renormalize_prior, self.loss_fn, prior
+        )
         self.train_epsilon = None if train_epsilon is None else check_epsilon(train_epsilon, "train_epsilon")
         if self.train_epsilon is not None and kl_direction == "prior_p":
             raise ValueError(
@@ -321,7 +344,9 @@ class PonderNet(HaltingMethod):
         return prediction, halt_step
 
     def halting_prior(self, n_steps: int | None = None) -> Tensor:
-        """The geometric prior renormalised over 1..n_steps (default N): the minimiser of the KL term,
-        what the evaluation's distance to the prior is measured against."""
-        lambda_p = self.criterion.regularization.lambda_p
-        return geometric_prior(lambda_p, n_steps or self.max_steps, renormalize=True)
+        """The prior over 1..n_steps (default N), the geometric one renormalised: the minimiser of the KL
+        term, what the evaluation's distance to the prior is measured against."""
+        regularization, n_steps = self.criterion.regularization, n_steps or self.max_steps
+        if regularization.prior == "uniform":
+            return log_uniform_prior(n_steps).exp()
+        return geometric_prior(regularization.lambda_p, n_steps, renormalize=True)

@@ -41,7 +41,7 @@ from .options import (
     method_options,
     step_options,
 )
-from .registry import EXPERIMENTS, METHODS, NAMED_IN_FOLDER, STEPS, get_experiment
+from .registry import EXPERIMENTS, METHODS, NAMED_IN_FOLDER, STEPS, UNUSED_WHEN, get_experiment
 
 PRETRAINED_DIR = Path(__file__).parents[1] / "pretrained"  # the shipped runs
 WEIGHTS = "model.safetensors"  # a run's model file: its weights, and its hyperparameters in the header
@@ -374,12 +374,17 @@ class TrainConfig:
     def method_kwargs(self) -> dict:
         """The keyword arguments of the halting method (besides the step function); an option newer
         than the shipped runs is left out at its default, so that their saved hyperparameters stay the
-        model's."""
-        declared = method_options(self.method)
+        model's, and so is an option that the others leave without effect (:data:`~.registry.UNUSED_WHEN`)."""
+        declared, options = method_options(self.method), self.method_options
+        unused = [
+            name
+            for name, where in UNUSED_WHEN.get(self.method, {}).items()
+            if all(options.get(key) == value for key, value in where.items())
+        ]
         return {
             name: value
-            for name, value in self.method_options.items()
-            if not (name in OMITTED_AT_DEFAULT and value == declared[name].default)
+            for name, value in options.items()
+            if name not in unused and not (name in OMITTED_AT_DEFAULT and value == declared[name].default)
         }
 
     def options(self) -> dict:
@@ -421,7 +426,7 @@ class TrainConfig:
         # another step function's options are compared with that step function's defaults
         step_defaults = TrainConfig(experiment=self.experiment, method=self.method, step=self.step)
         defaults["step_options"] = step_defaults.step_options
-        named = list(NAMED_IN_FOLDER.get(self.method, ()))
+        named = [name for name in NAMED_IN_FOLDER.get(self.method, ()) if name in mine]
         skip = {"experiment", "method", "seed", "quick", *named}
         # (an option left out of the defaults' identity holds its declared default there)
         different = [
@@ -509,7 +514,7 @@ FIELD_OPTIONS: dict[str, Option] = {
 
 # Options added after runs were shipped: left out of a run's identity and of its model's
 # hyperparameters while they hold their declared default, so that the recorded ones stay valid.
-OMITTED_AT_DEFAULT = ("train_epsilon", "learn_halting", "eval_max_steps", "select_by")
+OMITTED_AT_DEFAULT = ("train_epsilon", "learn_halting", "eval_max_steps", "select_by", "prior")
 
 
 def other_methods_options(method: str, names) -> dict[str, list[str]]:

@@ -234,6 +234,12 @@ NAMED_IN_FOLDER: dict[str, tuple[str, ...]] = {
     "act": ("tau",),
     "fixed": ("max_steps",),
 }
+# The options that other options' values leave without effect: a run leaves them out of its identity,
+# folder name and model hyperparameters there, so that runs that train alike share a folder. A uniform
+# prior has no λ_p: λ_p then sets only the frozen control's λ_n.
+UNUSED_WHEN: dict[str, dict[str, dict]] = {
+    "pondernet": {"lambda_p": {"prior": "uniform", "learn_halting": True}},
+}
 LOSSES = {"cross_entropy": "pondernet_tutorial.methods.base:per_sample_cross_entropy"}
 
 
