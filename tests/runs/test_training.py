@@ -180,7 +180,7 @@ def test_short_mnist_training_beats_chance_by_far(tmp_path, needs_mnist):
 def test_a_compiled_run_trains(tmp_path):
     """``compile=True``, the default of every shipped experiment, through ``train``."""
     torch._dynamo.reset()
-    config = TrainConfig(
+    config = TrainConfig.from_options(
         experiment="parity-interpolation",
         quick=True,
         compile=True,
