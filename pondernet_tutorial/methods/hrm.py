@@ -23,8 +23,8 @@ losses are BCE on logits, weighed 0.5). Where paper and code differ, this module
 
 * the code's weight 0.5 and biases −5 as defaults (``q_weight``, ``halting_bias``); the paper's
   weight is ``q_weight=1``, and the paper gives no initialisation;
-* the paper's minimum ``k``, drawn once per sample. The code draws it again at every segment, so
-  there a sample is held back one step at a time rather than sent to a random depth;
+* the paper's minimum ``k``, drawn once per sample. The code draws a new ``k`` at every segment, so
+  there a sample that would halt is held back one step at a time rather than sent to a random depth;
 * the code's target at the last step: ``σ(q^halt_{N+1})``, the halt logit of a step beyond the limit
   (the paper's text says "m ≥ N_max"). No sample takes that step;
 * halting at evaluation: HRM's released code never halts early there; it runs every sample to the
@@ -101,7 +101,7 @@ class HRMHalting(HaltingMethod):
     Args:
         step_function: the network applied at every step; its ``halting_head`` (``nn.Linear(·, 1)``)
             is replaced by an ``nn.Linear(·, 2)`` on the same features.
-        max_steps: ``N``, the most steps in training (HRM's code: 16).
+        max_steps: ``N``, the most steps in training (20 as the package's other methods; HRM's code: 16).
         q_weight: weight w ≥ 0 of the two Q losses (HRM's code: 0.5; the paper: 1).
         exploration_prob: probability that a training sample must run at least k ~ U{2..N} steps.
         halting_bias: initial bias of both logits, whose weights then start at zero (HRM's code:
