@@ -7,7 +7,8 @@ each input at its own step.
 * :mod:`.base`: ``HaltingMethod``, whose ``forward`` is the full unroll, and ``Unroll``, what it returns;
 * :mod:`.pondernet`: PonderNet (sampled halting, KL to a geometric prior), every equation in one file;
 * :mod:`.act`: Adaptive Computation Time (cumulative halting, ponder cost);
-* :mod:`.fixed`: the fixed-step baseline (always ``k`` steps).
+* :mod:`.fixed`: the fixed-step baseline (always ``k`` steps);
+* :mod:`.hrm`: HRM's halting head (halt and continue logits, trained by Q-learning).
 
 A new halting method is a ``HaltingMethod`` subclass with ``loss``, ``weights``, ``answer`` and
 ``infer``, in a module of its own here.
