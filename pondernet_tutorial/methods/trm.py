@@ -16,13 +16,15 @@ In training, TRM's code also explores. At every step, with probability ``p``, it
 
 Sources: the paper (arXiv 2510.04871v1), §4.6 and its Figure 3; the official code at commit ``8120f2b``
 (SamsungSAILMontreal/TinyRecursiveModels): ``models/recursive_reasoning/trm.py`` L131 and L156–160 (the
-Q head, biases −5), L267–287 (halting, exploration, training only), and ``models/losses.py`` L70–71
-(the target: every token right), L88 (the BCE), L102 (``lm_loss + 0.5 * q_halt_loss``); the settings
-``halt_max_steps: 16`` and ``halt_exploration_prob: 0.1`` are in ``config/arch/trm.yaml``.
+Q head: weights 0, biases −5), L267–287 (halting and exploration, in training only), and
+``models/losses.py`` L70–71 (the target: every token of the answer right, without gradient), L88 (the
+BCE) and L102 (the halting loss weighed 0.5); ``pretrain.py`` L305 (the sum over the batch divided by
+its size); ``config/arch/trm.yaml`` sets N = 16 and p = 0.1.
 
-Where the paper and the code differ, this file follows the code. The halting weight ``w`` is 0.5 in
-the code and 1 in Figure 3 (an option, 0.5 by default). Exploration and the −5 bias are in the code
-only. The code halts nobody early at evaluation: every sample runs ``N`` steps.
+Where the paper and the code differ, this file follows the code. The
+halting weight ``w`` is 0.5 in the code and 1 in Figure 3: it is an option, 0.5 by default.
+Exploration and the −5 bias are in the code only; here the head's weights keep PyTorch's
+initialisation. The code halts nobody early at evaluation: every sample runs ``N`` steps.
 
 The training here is not TRM's. TRM takes one optimizer step per supervision step and detaches the
 state between steps, while a halted sample's slot takes the next sample. Here one batch unrolls all
@@ -71,7 +73,8 @@ class TRM(HaltingMethod):
             which the sample may not halt (training only; TRM's code: 0.1).
         loss_fn: per-sample task loss (cross-entropy by default), applied to every step's answer.
         halting_bias: initial bias of the halting layer (TRM's code: −5, σ(−5) ≈ 0.007, no sample
-            halts at first); None keeps PyTorch's initialisation.
+            halts at first); None keeps PyTorch's initialisation, and a step function without a
+            halting layer (mnist_cnn) needs None.
         eval_max_steps: the most steps at evaluation and inference (default ``max_steps``).
     """
 
