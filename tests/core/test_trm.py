@@ -3,7 +3,7 @@ its exploration's law, its early exit, every step function of the package, and a
 
 Deliberate breaks these tests catch (each was tried):
 - the target taken from the next step's answer (``correct[1:]``): test_trm_matches_loop;
-- the halting rule ``q_n ≥ 0`` read as ``q_n < 0``: test_trm_matches_loop, test_answer_and_infer_match_loop;
+- the halting rule ``q_n > 0`` read as ``q_n < 0``: test_trm_matches_loop, test_answer_and_infer_match_loop;
 - the exploration turned off in training: test_exploration_follows_trms_law;
 - the exploration drawn once per sample instead of at every step: test_exploration_follows_trms_law;
 - the exploration drawn on the CPU: test_the_training_step_is_capturable;
