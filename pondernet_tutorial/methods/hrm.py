@@ -11,7 +11,7 @@ Halting ends the episode with reward ``1[ŷ_n = y]``; continuing earns nothing a
     T(x)     = min{ n ≥ k : q^halt_n > q^cont_n }  (or N)     training's halting step
     L        = mean_b Σ_{n≤T} [ ℒ(y, ŷ_n) + w · (BCE(q^halt_n, c_n) + BCE(q^cont_n, G_n)) ]
 
-``k`` is the exploration's minimum: with probability ``exploration_prob`` it is drawn uniformly from
+``k`` is the exploration's minimum: with probability ``exploration`` it is drawn uniformly from
 {2, …, N} (once per sample), otherwise it is 1. Inference (:meth:`HRMHalting.infer`) stops each sample
 at the first step where ``q^halt_n > q^cont_n``, without exploration, or at ``eval_max_steps``.
 
@@ -21,8 +21,8 @@ zero weights, both biases −5), L260–273 (halting in training only, explorati
 target), ``models/losses.py`` L67, L84, L94, L101 (the halt target is whole-answer exact match, both
 losses are BCE on logits, weighed 0.5). Where paper and code differ, this module takes:
 
-* the code's weight 0.5 and biases −5 as defaults (``q_weight``, ``halting_bias``); the paper's
-  weight is ``q_weight=1``, and the paper gives no initialisation;
+* the code's weight 0.5 and biases −5 as defaults (``halting_weight``, ``halting_bias``); the paper's
+  weight is ``halting_weight=1``, and the paper gives no initialisation;
 * the paper's minimum ``k``, drawn once per sample. The code draws a new ``k`` at every segment, so
   there a sample that would halt is held back one step at a time rather than sent to a random depth;
 * the code's target at the last step: ``σ(q^halt_{N+1})``, the halt logit of a step beyond the limit
@@ -102,8 +102,8 @@ class HRMHalting(HaltingMethod):
         step_function: the network applied at every step; its ``halting_head`` (``nn.Linear(·, 1)``)
             is replaced by an ``nn.Linear(·, 2)`` on the same features.
         max_steps: ``N``, the most steps in training (20 as the package's other methods; HRM's code: 16).
-        q_weight: weight w ≥ 0 of the two Q losses (HRM's code: 0.5; the paper: 1).
-        exploration_prob: probability that a training sample must run at least k ~ U{2..N} steps.
+        halting_weight: weight w ≥ 0 of the two Q losses (HRM's code: 0.5; the paper: 1).
+        exploration: probability that a training sample must run at least k ~ U{2..N} steps.
         halting_bias: initial bias of both logits, whose weights then start at zero (HRM's code:
             −5, so neither logit leads and every sample runs N steps at first); None keeps PyTorch's
             initialisation of the new layer.
@@ -117,15 +117,15 @@ class HRMHalting(HaltingMethod):
         self,
         step_function,
         max_steps: int = 20,
-        q_weight: float = 0.5,
-        exploration_prob: float = 0.1,
+        halting_weight: float = 0.5,
+        exploration: float = 0.1,
         halting_bias: float | None = -5.0,
         loss_fn=None,
         eval_max_steps: int | None = None,
     ):
         super().__init__(step_function, max_steps, loss_fn, None, eval_max_steps)
-        self.q_weight = check_weight(q_weight, "q_weight")
-        self.exploration_prob = check_probability(exploration_prob, "exploration_prob")
+        self.halting_weight = check_weight(halting_weight, "halting_weight")
+        self.exploration = check_probability(exploration, "exploration")
         if halting_bias is not None and not math.isfinite(float(halting_bias)):
             raise ValueError(f"halting_bias must be a finite number or None, got {halting_bias}.")
         head = getattr(step_function, "halting_head", None)
@@ -163,12 +163,12 @@ class HRMHalting(HaltingMethod):
         return Unroll(torch.stack(logits), torch.stack(q))
 
     def minimum_steps(self, batch: int, device) -> Tensor:
-        """``(B,)`` the exploration's minimum k: U{2..N} with probability ``exploration_prob``, else 1.
+        """``(B,)`` the exploration's minimum k: U{2..N} with probability ``exploration``, else 1.
         Drawn on the device (a CUDA graph replays it with fresh numbers)."""
         k = torch.ones(batch, dtype=torch.long, device=device)
-        if self.max_steps < 2 or self.exploration_prob == 0.0:
+        if self.max_steps < 2 or self.exploration == 0.0:
             return k
-        explore = torch.rand(batch, device=device) < self.exploration_prob
+        explore = torch.rand(batch, device=device) < self.exploration
         return torch.where(explore, torch.randint(2, self.max_steps + 1, (batch,), device=device), k)
 
     def loss(self, out: Unroll, targets: Tensor) -> dict[str, Tensor]:
@@ -190,7 +190,7 @@ class HRMHalting(HaltingMethod):
         q_halt = (taken * bce_halt).sum(0).mean()  # mean_b Σ_{n≤T} BCE(q^halt_n, c_n)
         q_continue = (taken * bce_cont).sum(0).mean()  # mean_b Σ_{n≤T} BCE(q^cont_n, G_n)
         weights = (steps == halt_step[None]).float()
-        total = task + self.q_weight * (q_halt + q_continue)  # L = task + w · (halt + continue)
+        total = task + self.halting_weight * (q_halt + q_continue)  # L = task + w · (halt + continue)
         return {"loss": total, "task": task, "q_halt": q_halt, "q_continue": q_continue, "weights": weights}
 
     def weights(self, out: Unroll) -> Tensor:

@@ -128,33 +128,33 @@ def randomize_head(method, scale=3.0, seed=1):
         head.bias.copy_(torch.randn(head.bias.shape, generator=g))
 
 
-def table_case(max_steps=6, batch=40, exploration_prob=0.5, q_weight=0.5, seed=0, eval_max_steps=None):
+def table_case(max_steps=6, batch=40, exploration=0.5, halting_weight=0.5, seed=0, eval_max_steps=None):
     step = TableStep(max(max_steps + 1, eval_max_steps or 0), batch, seed=seed)
     method = HRMHalting(
-        step, max_steps, q_weight=q_weight, exploration_prob=exploration_prob, eval_max_steps=eval_max_steps
+        step, max_steps, halting_weight=halting_weight, exploration=exploration, eval_max_steps=eval_max_steps
     )
     randomize_head(method, seed=seed + 1)
     y = torch.randint(0, 3, (batch,), generator=torch.Generator().manual_seed(seed + 2))
     return method, torch.arange(batch), y
 
 
-@pytest.mark.parametrize("exploration_prob", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("exploration", [0.0, 0.5, 1.0])
 @pytest.mark.parametrize("source", ["table", "gru"])
-def test_loss_matches_the_loop(source, exploration_prob):
+def test_loss_matches_the_loop(source, exploration):
     torch.manual_seed(0)
     if source == "table":
-        method, x, y = table_case(exploration_prob=exploration_prob)
+        method, x, y = table_case(exploration=exploration)
     else:
-        method = HRMHalting(GRUStep(), max_steps=6, q_weight=1.0, exploration_prob=exploration_prob)
+        method = HRMHalting(GRUStep(), max_steps=6, halting_weight=1.0, exploration=exploration)
         randomize_head(method)
         x, y = 2 * torch.randn(40, 6), torch.randint(0, 3, (40,))
     drawn = spy_on_minimum(method)
     losses = method.loss(method(x), y)
     minimum = drawn[0]
-    reference = hrm_loop(method.step_function, x, y, 6, method.q_weight, minimum)
+    reference = hrm_loop(method.step_function, x, y, 6, method.halting_weight, minimum)
     T = torch.tensor([r["T"] for r in reference])
     assert 1 < len(set(T.tolist())) and T.min() < 6  # the halting step varies, and some halt early
-    if exploration_prob == 1.0:
+    if exploration == 1.0:
         assert (minimum >= 2).all() and (T >= minimum).all()
     weights = losses["weights"]
     assert torch.equal(weights.argmax(0) + 1, T) and torch.equal(weights.sum(0), torch.ones(40))
@@ -166,7 +166,7 @@ def test_loss_matches_the_loop(source, exploration_prob):
 def test_the_gradient_matches_the_loop():
     """The full unroll, masked after T(x), backpropagates what the per-sample loop does: the targets
     c_n and G_n carry no gradient, and the steps after T none."""
-    method, x, y = table_case(exploration_prob=0.0)
+    method, x, y = table_case(exploration=0.0)
     grads = []
     for way in ("unroll", "loop"):
         method.zero_grad()
@@ -236,18 +236,18 @@ def test_the_last_steps_target_reads_a_step_beyond_the_limit():
 def test_exploration_draws_its_minimum():
     """k = 1 with probability 1 − p; otherwise uniform over 2..N."""
     torch.manual_seed(0)
-    method = HRMHalting(GRUStep(), max_steps=5, exploration_prob=0.3)
+    method = HRMHalting(GRUStep(), max_steps=5, exploration=0.3)
     k = method.minimum_steps(40000, "cpu")
     explored = k[k > 1]
     assert abs(len(explored) / len(k) - 0.3) < 0.01 and (k >= 1).all() and (k <= 5).all()
     counts = torch.bincount(explored, minlength=6)[2:].float() / len(explored)
     torch.testing.assert_close(counts, torch.full((4,), 0.25), atol=0.02, rtol=0)
-    assert (HRMHalting(GRUStep(), max_steps=5, exploration_prob=0.0).minimum_steps(100, "cpu") == 1).all()
-    assert (HRMHalting(GRUStep(), max_steps=1, exploration_prob=1.0).minimum_steps(100, "cpu") == 1).all()
+    assert (HRMHalting(GRUStep(), max_steps=5, exploration=0.0).minimum_steps(100, "cpu") == 1).all()
+    assert (HRMHalting(GRUStep(), max_steps=1, exploration=1.0).minimum_steps(100, "cpu") == 1).all()
 
 
 def test_validation_loss_explores_nothing():
-    method, x, y = table_case(exploration_prob=1.0)
+    method, x, y = table_case(exploration=1.0)
     method.eval()
     first = method.loss(method(x), y)
     assert torch.equal(first["weights"], method.loss(method(x), y)["weights"])
@@ -281,7 +281,7 @@ def test_every_step_function_of_the_package(name):
     make_step, make_x, classes = STEP_FUNCTIONS[name]
     x = pointer_batch(12, 8, (1, 4))[0] if make_x is None else make_x()
     y = torch.randint(0, classes, (12,))
-    method = HRMHalting(make_step(), max_steps=4, exploration_prob=0.0)
+    method = HRMHalting(make_step(), max_steps=4, exploration=0.0)
     randomize_head(method)
     method.eval()  # dropout off: the loop and the unroll see the same network
     losses = method.loss(method(x), y)
@@ -307,9 +307,9 @@ def test_other_methods_keep_one_halting_logit():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"exploration_prob": -0.1}, "exploration_prob"),
-        ({"exploration_prob": 1.5}, "exploration_prob"),
-        ({"q_weight": -1.0}, "q_weight"),
+        ({"exploration": -0.1}, "exploration"),
+        ({"exploration": 1.5}, "exploration"),
+        ({"halting_weight": -1.0}, "halting_weight"),
         ({"halting_bias": math.inf}, "halting_bias"),
         ({"max_steps": 0}, "max_steps"),
     ],

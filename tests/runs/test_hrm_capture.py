@@ -29,7 +29,7 @@ def test_the_training_step_is_capturable(step, monkeypatch):
         "mnist_refine": ({"hidden_size": 16}, 10, torch.rand(12, 1, 28, 28)),
         "pointer_attention": ({"n_slots": 8}, 8, pointer_batch(12, 8, (1, 4))[0]),
     }[step]
-    method_options = {"max_steps": 4, "exploration_prob": 0.5}
+    method_options = {"max_steps": 4, "exploration": 0.5}
     module = GraphedPonderLitModule(
         step, classes, step_options=options, method="hrm", method_options=method_options
     )
