@@ -38,6 +38,8 @@ _EXPORTS = {
     "PonderNet": "methods.pondernet",
     "ACT": "methods.act",
     "FixedSteps": "methods.fixed",
+    "TRMHalting": "methods.trm",
+    "HRMHalting": "methods.hrm",
     "Unroll": "methods.base",
     "diagnose": "analysis.diagnose",
     "HaltingMethod": "methods.base",

@@ -8,6 +8,7 @@ each input at its own step.
 * :mod:`.pondernet`: PonderNet (sampled halting, KL to a geometric prior), every equation in one file;
 * :mod:`.act`: Adaptive Computation Time (cumulative halting, ponder cost);
 * :mod:`.fixed`: the fixed-step baseline (always ``k`` steps);
+* :mod:`.trm`: TRM's halting head (one logit, trained towards "this step's answer is right");
 * :mod:`.hrm`: HRM's halting head (halt and continue logits, trained by Q-learning).
 
 A new halting method is a ``HaltingMethod`` subclass with ``loss``, ``weights``, ``answer`` and

@@ -32,7 +32,7 @@ state between steps, while a halted sample's slot takes the next sample. Here on
 masked out. The sum over ``n ≤ T`` is the sum of the losses that TRM's code takes one update at a
 time; each sample's task loss is one number here, where TRM averages a sequence's tokens.
 
-At inference (:meth:`TRM.infer`) a sample stops at its first ``q_n > 0``. TRM's released code reads the
+At inference (:meth:`TRMHalting.infer`) a sample stops at its first ``q_n > 0``. TRM's released code reads the
 answer at step ``N`` instead. That reading is ``model(x).logits[-1]`` in eval mode, over
 ``eval_max_steps`` steps.
 """
@@ -62,7 +62,7 @@ def trm_halt_step(halting_logits: Tensor, minimum: Tensor | None = None) -> Tens
     return first_halt(halts)  # an integer: no gradient flows through it
 
 
-class TRM(HaltingMethod):
+class TRMHalting(HaltingMethod):
     """TRM's halting head: one logit per step, trained towards "this step's answer is right".
 
     Args:

@@ -227,7 +227,7 @@ METHODS: dict[str, str] = {
     "act": "pondernet_tutorial.methods.act:ACT",
     "fixed": "pondernet_tutorial.methods.fixed:FixedSteps",
     "hrm": "pondernet_tutorial.methods.hrm:HRMHalting",
-    "trm": "pondernet_tutorial.methods.trm:TRM",
+    "trm": "pondernet_tutorial.methods.trm:TRMHalting",
 }
 # The options a method's run folders always name (pondernet-lambda_p=0.2-beta=0.01); a method not
 # listed here names the options that differ from its defaults, as every method does.

@@ -21,7 +21,7 @@ from torch import nn
 from pondernet_tutorial import ParityStep, PonderLitModule
 from pondernet_tutorial.data.parity import parity_batch
 from pondernet_tutorial.data.pointer import pointer_batch
-from pondernet_tutorial.methods.trm import TRM, trm_halt_step
+from pondernet_tutorial.methods.trm import TRMHalting, trm_halt_step
 from pondernet_tutorial.steps.base import StepFunction
 from pondernet_tutorial.steps.mnist import MNISTPlainStep, MNISTRefineStep, MNISTStep
 from pondernet_tutorial.steps.parity import ParityRNNStep
@@ -73,14 +73,16 @@ def table_trm(steps=6, batch=24, classes=3, seed=0, **options):
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(steps, batch, classes, generator=g) * 2
     q = torch.randn(steps, batch, generator=g) * 2 - 1  # some halt early, some never
-    return TRM(TableStep(logits, q), max_steps=steps, halting_bias=None, **options), torch.arange(batch)
+    return TRMHalting(TableStep(logits, q), max_steps=steps, halting_bias=None, **options), torch.arange(
+        batch
+    )
 
 
 def parity_trm(**options):
     torch.manual_seed(1)
     step = ParityStep(n_elements=8, hidden_size=16)
     nn.init.normal_(step.halting_head.weight, std=1.5)  # halting logits that cross 0 at various steps
-    return TRM(step, max_steps=6, halting_bias=0.0, **options), parity_batch(32, 8, (1, 8))[0]
+    return TRMHalting(step, max_steps=6, halting_bias=0.0, **options), parity_batch(32, 8, (1, 8))[0]
 
 
 MINIMA = {  # the exploration's minima m_n given to the loss: none, and a table with some of them
@@ -148,7 +150,7 @@ def test_evaluation_reads_eval_max_steps():
     g = torch.Generator().manual_seed(0)
     q = torch.full((7, 4), -1.0)
     q[5, 0] = 1.0  # sample 0 halts at step 6, the others never
-    trm = TRM(
+    trm = TRMHalting(
         TableStep(torch.randn(7, 4, 3, generator=g), q), max_steps=3, eval_max_steps=7, halting_bias=None
     )
     trm.eval()
@@ -164,7 +166,7 @@ def test_exploration_follows_trms_law():
     is held at step n with probability v_n = p (N − n) / (N − 1), and P(T = n) = (1 − v_n) Π_{j<n} v_j."""
     n_steps, p, batch = 5, 0.6, 200_000
     wants_to_halt = torch.full((n_steps, batch), 3.0)  # σ(q_n) > 1/2 at every step
-    trm = TRM(
+    trm = TRMHalting(
         TableStep(torch.zeros(n_steps, batch, 2), wants_to_halt), n_steps, exploration=p, halting_bias=None
     )
     ids, y = torch.arange(batch), torch.zeros(batch, dtype=torch.long)
@@ -187,7 +189,7 @@ def test_exploration_follows_trms_law():
 def test_infer_drops_halted_samples():
     q = torch.tensor([[2.0, -1.0, -1.0], [0.5, -1.0, 3.0], [0.5, -1.0, 0.5]])
     step = TableStep(torch.zeros(3, 3, 2), q)
-    _, halt_step = TRM(step, max_steps=3, halting_bias=None).infer(torch.arange(3))
+    _, halt_step = TRMHalting(step, max_steps=3, halting_bias=None).infer(torch.arange(3))
     assert halt_step.tolist() == [1, 3, 2]
     assert step.calls == [3, 2, 1]  # sample 0 leaves after step 1, sample 2 after step 2
 
@@ -222,7 +224,7 @@ def test_every_step_function(name):
     plain CNN has no halting layer to start at −5 (its logit is always 0: it never halts before N)."""
     make, inputs, classes = STEPS[name]
     bias = None if name == "mnist_cnn" else -5.0
-    trm = TRM(make(), max_steps=4, halting_bias=bias)
+    trm = TRMHalting(make(), max_steps=4, halting_bias=bias)
     x, y = inputs(), torch.randint(0, classes, (8,))
     trm.loss(trm(x), y)["loss"].backward()
     assert all(p.grad is not None for p in trm.parameters() if p.requires_grad)
@@ -236,10 +238,10 @@ def test_every_step_function(name):
 
 def test_the_default_bias_and_bad_arguments():
     step = ParityStep(n_elements=8, hidden_size=16)
-    TRM(step)
+    TRMHalting(step)
     assert (step.halting_head.bias == -5.0).all()  # TRM's code starts every Q bias at −5
     with pytest.raises(ValueError, match="halting_head"):
-        TRM(MNISTPlainStep())
+        TRMHalting(MNISTPlainStep())
     for options, message in [
         ({"exploration": -0.1}, "exploration"),
         ({"exploration": 1.5}, "exploration"),
@@ -248,13 +250,13 @@ def test_the_default_bias_and_bad_arguments():
         ({"max_steps": 4, "eval_max_steps": 3}, "eval_max_steps"),
     ]:
         with pytest.raises(ValueError, match=message):
-            TRM(ParityStep(n_elements=8, hidden_size=16), **options)
+            TRMHalting(ParityStep(n_elements=8, hidden_size=16), **options)
 
 
 def test_the_training_step_is_capturable():
     """Forward, loss (with exploration) and backward on PyTorch's meta device, standing in for a GPU: no
     host synchronisation, no data-dependent shape, random numbers drawn on the device."""
-    trm = TRM(ParityStep(n_elements=8, hidden_size=16), max_steps=4).to("meta").train()
+    trm = TRMHalting(ParityStep(n_elements=8, hidden_size=16), max_steps=4).to("meta").train()
     x, y = (t.to("meta") for t in parity_batch(32, 8, (1, 8))[:2])
     assert capture_hazards(lambda: trm.loss(trm(x), y)["loss"].backward(), "meta") == []
 
@@ -263,7 +265,7 @@ def test_the_training_step_is_capturable():
 def test_training_lowers_the_loss():
     """A few epochs of tiny parity through Lightning lower evaluation's loss (no exploration there)."""
     torch.manual_seed(0)
-    module = PonderLitModule(TRM(ParityStep(n_elements=8, hidden_size=16), max_steps=4), lr=1e-2)
+    module = PonderLitModule(TRMHalting(ParityStep(n_elements=8, hidden_size=16), max_steps=4), lr=1e-2)
     x, y = next(iter(loader(64, 64, seed=3)))
 
     def loss():
