@@ -19,8 +19,10 @@ is reported apart); on CUDA (``--device cuda``) also with each compiled step rep
 graph (its default there, :mod:`pondernet_tutorial.runs.cuda_graph`).
 
 The pipelines take turns (reference, eager, compiled, reference, ...), each run a new ``Trainer``'s
-fit of the pipeline's one module, timed apart; the speed-up is the package's rate over the reference's in the same round, and the
-median over the rounds is quoted with its minimum and maximum.
+fit of the pipeline's one module, timed apart; the speed-up is the package's rate over the
+reference's in the same round, and the median over the rounds is quoted with its minimum and
+maximum. All run on the threads this package trains with (one on a machine of at most two cores,
+where two wait for each other under any other load), unless ``--threads`` says otherwise.
 
 The bound is the time this package's two convolutions and two max-poolings alone take, forward and
 backward, on the same training batches, in the same process and threads; the share of the bound is
@@ -60,6 +62,7 @@ from torch.utils.data import DataLoader, random_split
 from pondernet_tutorial.data.mnist import load_mnist, resolve_data_dir
 from pondernet_tutorial.runs.config import TrainConfig
 from pondernet_tutorial.runs.training import make_datamodule, make_module
+from pondernet_tutorial.threads import default_threads
 
 # ------------------------------------------------------------------------------ the reference design
 
@@ -238,15 +241,19 @@ def main(argv=None) -> dict:
     parser.add_argument("--batches", type=int, default=60, help="training batches timed per run")
     parser.add_argument("--warmup", type=int, default=10, help="training batches before the timing starts")
     parser.add_argument("--runs", type=int, default=5, help="alternated runs of each pipeline [5]")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads [as the package trains: one on at most two cores]",
+    )
     parser.add_argument("--eval-images", type=int, default=10_000)
     parser.add_argument("--json", default=None, help="also write the numbers to this file")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to train [cpu]")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.batches < 1 or args.warmup < 0:
         parser.error("--runs and --batches take a whole number of at least 1, --warmup of at least 0")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or default_threads())  # both pipelines, and the bound
     device = args.device
     results = {
         "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
