@@ -13,24 +13,39 @@ from its design, every costly part included:
 * loop: a Lightning ``Trainer`` with a logger (CSV here, W&B in the notebook) and gradient clipping.
 
 The notebook trains in 16-bit precision on a GPU; here both pipelines run in 32-bit. This package runs
-through the same ``Trainer`` with its own data module and LightningModule: on the CPU once eagerly and
-once with ``torch.compile`` (its default; the compilation falls in the warm-up batches and is reported
-apart); on CUDA (``--device cuda``) once eagerly and once with each training step replayed from one
-CUDA graph (its default there, :mod:`pondernet_tutorial.runs.cuda_graph`).
+through the same ``Trainer`` with its own data module and LightningModule, eagerly and with
+``torch.compile`` (its default on the CPU; the compilation falls in the first run's warm-up batches and
+is reported apart); on CUDA (``--device cuda``) also with each compiled step replayed from one CUDA
+graph (its default there, :mod:`pondernet_tutorial.runs.cuda_graph`).
 
-    python benchmarks/throughput.py               # a few minutes on 2 CPU cores
+The pipelines take turns (reference, eager, compiled, reference, ...), each run a new ``Trainer``'s
+fit of the pipeline's one module, timed apart; the speed-up is the package's rate over the
+reference's in the same round, and the median over the rounds is quoted with its minimum and
+maximum. All run on the threads this package trains with (one on a machine of at most two cores,
+where two wait for each other under any other load), unless ``--threads`` says otherwise.
+
+The bound is the time this package's two convolutions and two max-poolings alone take, forward and
+backward, on the same training batches, in the same process and threads; the share of the bound is
+that time over the package's training time for those batches (100% would mean the rest of the step
+costs nothing).
+
+    python benchmarks/throughput.py               # 5 to 15 minutes on 2 CPU cores
     python benchmarks/throughput.py --batches 100 --threads 2 --json results.json
     python benchmarks/throughput.py --device cuda --batches 500
 
-Prints images per second for training (reference, package eager, package's default path) and
-inference (the reference's forward pass, this package's full unroll and its early exit with a shipped
-model).
+Prints, for each pipeline, images per second for training and the speed-up and share of the bound
+of this package's paths, as median, minimum and maximum over ``--runs`` rounds; then images per
+second for inference (the reference's forward pass, this package's full unroll and its early exit
+with a shipped model), measured once.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import itertools
 import json
+import statistics
 import tempfile
 import time
 from math import floor
@@ -47,6 +62,7 @@ from torch.utils.data import DataLoader, random_split
 from pondernet_tutorial.data.mnist import load_mnist, resolve_data_dir
 from pondernet_tutorial.runs.config import TrainConfig
 from pondernet_tutorial.runs.training import make_datamodule, make_module
+from pondernet_tutorial.threads import default_threads
 
 # ------------------------------------------------------------------------------ the reference design
 
@@ -152,18 +168,18 @@ class BatchClock(Callback):
         self.warmup, self.marks = warmup, {}
 
     @staticmethod
-    def now(pl_module) -> float:
-        """The time once the device has finished what was queued (CUDA runs asynchronously)."""
-        if pl_module.device.type == "cuda":
+    def now(device: torch.device) -> float:
+        """The time once ``device`` has finished what was queued (CUDA runs asynchronously)."""
+        if torch.device(device).type == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if batch_idx in (0, self.warmup):
-            self.marks[batch_idx] = self.now(pl_module)
+            self.marks[batch_idx] = self.now(pl_module.device)
 
     def on_train_end(self, trainer, pl_module):
-        self.marks["end"] = self.now(pl_module)
+        self.marks["end"] = self.now(pl_module.device)
 
 
 def time_fit(
@@ -192,122 +208,103 @@ def time_fit(
     return {"img_s": timed * batch_size / steady, "warmup_s": clock.marks[warmup] - clock.marks[0]}
 
 
+def kernel_seconds(module, datamodule, warmup: int, timed: int, device: str = "cpu") -> float:
+    """Seconds that a copy of ``module``'s convolutions and max-poolings alone takes, forward and
+    backward, on the ``timed`` training batches that follow ``warmup`` ones (run first, untimed)."""
+    net = module.model.step_function.embedding.net
+    kernels = copy.deepcopy(nn.Sequential(*(m for m in net if isinstance(m, (nn.Conv2d, nn.MaxPool2d)))))
+    kernels.to(device).train()
+    datamodule.setup("fit")
+    batches = itertools.islice(datamodule.train_dataloader(), warmup + timed)
+    images = [batch[0].to(device).float() / 255.0 for batch in batches]  # as the module gets them
+    for i, x in enumerate(images):
+        if i == warmup:
+            start = BatchClock.now(device)
+        kernels.zero_grad(set_to_none=True)
+        out = kernels(x)
+        out.backward(torch.ones_like(out))
+    return BatchClock.now(device) - start
+
+
+def spread(results: dict, key: str, values: list[float], words: str, form: str) -> None:
+    """Store the median of ``values`` under ``key`` (and its minimum and maximum under ``key_min`` and
+    ``key_max``), and print them in a row."""
+    low, mid, high = min(values), statistics.median(values), max(values)
+    results.update({key: mid, f"{key}_min": low, f"{key}_max": high})
+    print(f"  {words:<40}{mid:>8{form}}   ({low:{form}} to {high:{form}})")
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--batches", type=int, default=60, help="training batches timed per pipeline")
+    parser.add_argument("--batches", type=int, default=60, help="training batches timed per run")
     parser.add_argument("--warmup", type=int, default=10, help="training batches before the timing starts")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--runs", type=int, default=5, help="alternated runs of each pipeline [5]")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads [as the package trains: one on at most two cores]",
+    )
     parser.add_argument("--eval-images", type=int, default=10_000)
     parser.add_argument("--json", default=None, help="also write the numbers to this file")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to train [cpu]")
-    parser.add_argument(
-        "--peak-gflops",
-        type=float,
-        default=None,
-        help="the device's matmul rate for the FLOP share [default: measured on the step's own matmuls]",
-    )
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.runs < 1 or args.batches < 1 or args.warmup < 0:
+        parser.error("--runs and --batches take a whole number of at least 1, --warmup of at least 0")
+    torch.set_num_threads(args.threads or default_threads())  # both pipelines, and the bound
     device = args.device
     results = {
         "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
         "threads": torch.get_num_threads(),
         "batch_size": 128,
         "timed_batches": args.batches,
+        "runs": args.runs,
     }
     timing = {"warmup": args.warmup, "timed": args.batches, "device": device}
 
     L.seed_everything(0, verbose=False)
-    reference = time_fit(ReferencePonder(), reference_loader(128), clip=0.5, **timing)
-    results["train_reference_img_s"] = reference["img_s"]
+    pipelines = {"reference": (ReferencePonder(), {"train_loader": reference_loader(128), "clip": 0.5})}
     # the package's paths: eager, compiled (the default on the CPU) and, on CUDA, the compiled step
-    # replayed from one CUDA graph (the default there)
+    # replayed from one CUDA graph (the default there); one data module serves them all
     paths = {"eager": (False, False), "compiled": (True, False)}
     if device == "cuda":
         paths["cuda_graph"] = (True, True)
-    config = TrainConfig(experiment="mnist-interpolation", compile=False)  # counted eagerly
-    flops = step_flops_per_image(config)
-    peak = measured_gflops(step_matmul_shapes(config)) if args.peak_gflops is None else args.peak_gflops
-    results["train_mflop_per_image"] = flops / 1e6
-    results["matmul_gflop_s"] = peak
+    datamodule = make_datamodule(TrainConfig(experiment="mnist-interpolation"))
     for key, (compiled, graphed) in paths.items():
-        L.seed_everything(0, verbose=False)
         config = TrainConfig(experiment="mnist-interpolation", compile=compiled)
-        module = make_module(config, graphed=graphed)
-        ours = time_fit(module, datamodule=make_datamodule(config), **timing)
-        results[f"train_package_{key}_img_s"] = ours["img_s"]
-        results[f"train_package_{key}_warmup_s"] = ours["warmup_s"]
-        results[f"train_speedup_{key}"] = ours["img_s"] / reference["img_s"]
-        # the share of the FLOP bound: the step's FLOPs at this rate, against the matmul rate
-        results[f"train_package_{key}_flop_share"] = ours["img_s"] * flops / (peak * 1e9)
+        pipelines[key] = (make_module(config, graphed=graphed), {"datamodule": datamodule})
+    fits, kernels = {key: [] for key in pipelines}, []
+    for _ in range(args.runs):  # in turns, each module trained on by a new Trainer, timed apart
+        for key, (module, data) in pipelines.items():
+            fits[key].append(time_fit(module, **data, **timing))
+        kernels.append(kernel_seconds(pipelines["eager"][0], datamodule, args.warmup, args.batches, device))
 
-    results.update(inference(args.eval_images, device))
+    words = f"{results['device']}, {results['threads']} thread(s), {args.runs} alternated runs"
+    print(f"training on {words} of {args.batches} batches of 128: median (min to max)")
+    reference = [fit["img_s"] for fit in fits.pop("reference")]
+    bound = [args.batches * 128 / seconds for seconds in kernels]
+    spread(results, "train_reference_img_s", reference, "reference, images/s", ",.0f")
+    spread(results, "train_bound_img_s", bound, "bound (conv and pool alone), images/s", ",.0f")
+    for key, runs in fits.items():
+        rates = [fit["img_s"] for fit in runs]
+        results[f"train_package_{key}_warmup_s"] = runs[0]["warmup_s"]  # the first run's: compilation
+        spread(results, f"train_package_{key}_img_s", rates, f"package {key}, images/s", ",.0f")
+        speedup = [ours / theirs for ours, theirs in zip(rates, reference)]
+        spread(results, f"train_speedup_{key}", speedup, f"package {key}, speed-up (times)", ".1f")
+        share = [ours / limit for ours, limit in zip(rates, bound)]
+        spread(results, f"train_package_{key}_bound_share", share, f"package {key}, bound share", ".0%")
+
+    print(f"inference on {args.eval_images:,} test images in batches of 1,000, one run:")
+    for key, value in inference(args.eval_images, device).items():
+        results[key] = value
+        print(f"  {key:<40}{value:>8,.1f}")
     results = {k: round(v, 2) if isinstance(v, float) else v for k, v in results.items()}
-    print(json.dumps(results, indent=2))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
     return results
-
-
-def step_flops_per_image(config: TrainConfig, batch: int = 128) -> float:
-    """FLOPs of one training step (forward, loss and backward of the full unroll) per image, counted
-    by PyTorch's FlopCounterMode on one batch of random images."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    module = make_module(config)
-    images, labels = torch.rand(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
-    with FlopCounterMode(display=False) as counter:
-        module.step_values(images, labels)["loss"].backward()
-    return counter.get_total_flops() / batch
-
-
-def step_matmul_shapes(config: TrainConfig, batch: int = 128) -> list[tuple[int, int, int]]:
-    """The ``(m, k, n)`` of every matrix product in one training step, forward and backward: the
-    linear layers' products, and each convolution as the product it computes (im2col: ``m`` output
-    positions, ``k`` inputs per position, ``n`` output channels) with its two backward products."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    shapes = []
-
-    class Shapes(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
-                a, b = args[-2], args[-1]
-                shapes.append((a.shape[0], a.shape[1], b.shape[1]))
-            elif func is torch.ops.aten.convolution.default:
-                weight = args[1]
-                m = out.shape[0] * out.shape[2] * out.shape[3]
-                k, n = weight[0].numel(), weight.shape[0]
-                shapes.extend([(m, k, n), (m, n, k), (k, m, n)])  # forward, input gradient, weight gradient
-            return out
-
-    module = make_module(config)
-    images, labels = torch.rand(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
-    with Shapes():
-        module.step_values(images, labels)["loss"].backward()
-    return shapes
-
-
-def measured_gflops(shapes, repeats: int = 20) -> float:
-    """GFLOP/s of ``torch.mm`` over the given ``(m, k, n)`` products, each timed on its own: the rate
-    this machine reaches on the step's own matrix shapes, the bound against which the step is set."""
-    flops = seconds = 0.0
-    for m, k, n in sorted(set(shapes)):
-        a, b = torch.randn(m, k), torch.randn(k, n)
-        for _ in range(3):
-            a @ b
-        start = time.perf_counter()
-        for _ in range(repeats):
-            a @ b
-        count = shapes.count((m, k, n))
-        seconds += (time.perf_counter() - start) / repeats * count
-        flops += 2 * m * k * n * count
-    return flops / seconds / 1e9
 
 
 @torch.no_grad()
