@@ -93,6 +93,8 @@ METHOD_COLORS = {
     "pondernet": _COLORBLIND[0],  # blue
     "control": _COLORBLIND[4],  # purple: PonderNet with frozen halting
     "act": _COLORBLIND[3],  # vermilion
+    "trm": _COLORBLIND[2],  # green: TRM's halting head
+    "hrm": _COLORBLIND[1],  # orange: HRM's halting head
     "fixed": (0.55, 0.55, 0.55),  # grey
     "one step": (0.0, 0.0, 0.0),  # black
 }

@@ -55,12 +55,14 @@ def config_label(config: dict) -> tuple[str, str]:
     Args:
         config: the configuration the run recorded (``metadata.json``'s ``"config"``).
 
-    Examples: ``PonderNet λ_p=0.5``; ``control (halting frozen at λ_p=0.1)`` (PonderNet whose ``λ_n``
-    stay at ``λ_p``); ``ACT τ=0.002 (bias +1)`` (the bias only where one was set); ``one step`` (a
-    step function run once); ``plain CNN`` (MNIST's one-step baseline); ``fixed 10 steps (run for
-    20)``.
+    Examples: ``PonderNet λ_p=0.5``; ``PonderNet uniform prior`` (λ_p unused); ``control (halting
+    frozen at λ_p=0.1)`` (PonderNet whose ``λ_n`` stay at ``λ_p``); ``ACT τ=0.002 (bias +1)`` (the bias
+    only where one was set); ``TRM's head``; ``HRM's head``; ``one step`` (a step function run once);
+    ``plain CNN`` (MNIST's one-step baseline); ``fixed 10 steps (run for 20)``.
     """
     method = config["method"]
+    if method in ("trm", "hrm"):
+        return f"{method.upper()}'s head", method
     if method == "fixed":
         steps = config.get("eval_max_steps") or config["max_steps"]
         if config.get("step") == "mnist_cnn":
@@ -75,6 +77,8 @@ def config_label(config: dict) -> tuple[str, str]:
         return f"ACT τ={config['tau']:g}{bias}", "act"
     if config.get("learn_halting") is False:
         return f"control (halting frozen at λ_p={config['lambda_p']:g})", "control"
+    if config.get("prior") == "uniform":
+        return "PonderNet uniform prior", method
     return f"PonderNet λ_p={config['lambda_p']:g}", method
 
 

@@ -168,6 +168,10 @@ def test_one_label_per_configuration():
     assert config_label(longer) == ("fixed 10 steps (run for 20)", "fixed")
     assert config_label({"method": "act", "tau": 1e-3, "halting_bias": -3.0})[0] == "ACT τ=0.001 (bias −3)"
     assert config_label({"method": "act", "tau": 1e-2, "halting_bias": None})[0] == "ACT τ=0.01"
+    uniform = {"method": "pondernet", "lambda_p": 0.2, "prior": "uniform"}  # λ_p unused: not in its name
+    assert config_label(uniform) == ("PonderNet uniform prior", "pondernet")
+    assert config_label({"method": "trm", "max_steps": 20}) == ("TRM's head", "trm")
+    assert config_label({"method": "hrm", "max_steps": 20}) == ("HRM's head", "hrm")
     # on the tasks with a difficulty, the label tells every configuration of a study apart, and the seeds
     # of one configuration share it
     for name in K_STUDIES:
