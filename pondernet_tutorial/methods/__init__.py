@@ -9,7 +9,8 @@ each input at its own step.
 * :mod:`.act`: Adaptive Computation Time (cumulative halting, ponder cost);
 * :mod:`.fixed`: the fixed-step baseline (always ``k`` steps);
 * :mod:`.trm`: TRM's halting head (one logit, trained towards "this step's answer is right");
-* :mod:`.hrm`: HRM's halting head (halt and continue logits, trained by Q-learning).
+* :mod:`.hrm`: HRM's halting head (halt and continue logits, trained by Q-learning);
+* :mod:`.first_exit`: the early exit of the heads that halt by a rule on their logits (TRM's, HRM's).
 
 A new halting method is a ``HaltingMethod`` subclass with ``loss``, ``weights``, ``answer`` and
 ``infer``, in a module of its own here.

@@ -59,8 +59,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..halting import check_weight, first_halt
-from ..steps.base import select_rows, state_batch_size
-from .base import HaltingMethod, Unroll, at_step, finite_input, per_sample_loss
+from .base import HaltingMethod, Unroll, at_step, per_sample_loss
+from .first_exit import exit_at_first
 
 HALT, CONTINUE = 0, 1  # the two columns of the head's logits
 
@@ -208,23 +208,4 @@ class HRMHalting(HaltingMethod):
         """Inference with early exit: a sample leaves after the first step with ``q^halt > q^cont`` (or
         ``eval_max_steps``); returns ``(prediction (B, C), halt_step (B,))``, as :meth:`answer` on a
         full unroll in eval mode."""
-        device = next(self.parameters()).device
-        context = self.step_function.encode(finite_input(x, next(self.parameters()).dtype))
-        h = self.step_function.initial_state(context)
-        batch, last = state_batch_size(h), self.eval_steps
-        running = torch.arange(batch, device=device)  # the samples still computed
-        halt_step = torch.full((batch,), last, device=device)
-        for n in range(1, last + 1):
-            y_n, q_n, h = self.step_function.step(context, h)
-            if n == 1:
-                prediction = y_n.new_zeros(batch, *y_n.shape[1:])
-            halts = q_n[:, HALT] > q_n[:, CONTINUE]  # Q̂_halt > Q̂_cont
-            if n == last:
-                halts = torch.ones_like(halts)
-            prediction[running[halts]] = y_n[halts]
-            halt_step[running[halts]] = n
-            running, keep = running[~halts], ~halts
-            if len(running) == 0:
-                break  # every sample has halted: the remaining steps are never computed
-            context, h = select_rows(context, keep), select_rows(h, keep)  # halted samples leave
-        return prediction, halt_step
+        return exit_at_first(self, x, lambda q: q[:, HALT] > q[:, CONTINUE])  # Q̂_halt > Q̂_cont

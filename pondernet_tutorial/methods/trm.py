@@ -44,8 +44,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..halting import check_weight, first_halt
-from ..steps.base import select_rows, state_batch_size
-from .base import HaltingMethod, Unroll, at_step, finite_input, per_sample_loss
+from .base import HaltingMethod, Unroll, at_step, per_sample_loss
+from .first_exit import exit_at_first
 
 
 def trm_halt_step(halting_logits: Tensor, minimum: Tensor | None = None) -> Tensor:
@@ -145,23 +145,4 @@ class TRMHalting(HaltingMethod):
         """Inference with early exit: each sample stops at its first ``q_n > 0`` (or at
         ``eval_max_steps``); returns ``prediction (B, C)`` and ``T(x) (B,)``, as :meth:`answer` on a
         full unroll in eval mode."""
-        device = next(self.parameters()).device
-        context = self.step_function.encode(finite_input(x, next(self.parameters()).dtype))
-        h = self.step_function.initial_state(context)
-        batch, last = state_batch_size(h), self.eval_steps
-        running = torch.arange(batch, device=device)  # the samples still computed
-        halt_step = torch.full((batch,), last, device=device)
-        for n in range(1, last + 1):
-            y_n, q_n, h = self.step_function.step(context, h)
-            if n == 1:
-                prediction = y_n.new_zeros(batch, *y_n.shape[1:])
-            halts = q_n.float() > 0  # σ(q_n) > 1/2
-            if n == last:
-                halts = torch.ones_like(halts)  # the step limit
-            prediction[running[halts]] = y_n[halts]
-            halt_step[running[halts]] = n
-            running, keep = running[~halts], ~halts
-            if len(running) == 0:
-                break
-            context, h = select_rows(context, keep), select_rows(h, keep)  # halted samples leave
-        return prediction, halt_step
+        return exit_at_first(self, x, lambda q: q.float() > 0)  # σ(q_n) > 1/2
