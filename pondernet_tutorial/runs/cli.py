@@ -20,14 +20,9 @@ from .config import (
     default_value,
     other_methods_options,
 )
-from .options import Option, all_method_options, at_least
+from .options import Option, all_method_options, at_least, method_option_names
 from .processes import command_name
 from .registry import EXPERIMENTS, METHODS, STEPS, get_experiment
-
-
-def method_option_names() -> list[str]:
-    """Every registered method's options (one flag each, shared by the methods that take it)."""
-    return list(dict.fromkeys(name for options in all_method_options().values() for name in options))
 
 
 def config_names() -> list[str]:

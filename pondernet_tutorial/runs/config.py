@@ -401,10 +401,10 @@ class TrainConfig:
 
     def identity(self) -> dict:
         """The options that change the trained model, in the order run folders name them."""
-        kept = {}
+        kept, passed = {}, self.method_kwargs()
         for name, value in self.options().items():
             if name in self.method_options:
-                if name in self.method_kwargs():
+                if name in passed:
                     kept[name] = value
                 continue
             declared = FIELD_OPTIONS[name]

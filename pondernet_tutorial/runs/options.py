@@ -313,3 +313,8 @@ def step_options(step: str) -> dict[str, Parameter] | None:
 def all_method_options() -> dict[str, dict[str, Parameter]]:
     """Every registered method's options, by method, in the order of :data:`~.registry.METHODS`."""
     return {method: method_options(method) for method in METHODS}
+
+
+def method_option_names() -> list[str]:
+    """Every registered method's options, each once (one flag, one column), in the order of the methods."""
+    return list(dict.fromkeys(name for options in all_method_options().values() for name in options))

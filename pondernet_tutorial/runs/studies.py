@@ -44,7 +44,7 @@ from .config import (
     identity_differences,
 )
 from .files import folder_lock, read_json, read_table, write_csv, write_json
-from .options import all_method_options
+from .options import method_option_names
 from .processes import Interrupted, check_jobs, command_name, is_rank_zero, stop_on_signals
 
 if TYPE_CHECKING:  # pandas is imported where it is used: listing the studies stays light
@@ -450,14 +450,8 @@ def _run_columns(config: TrainConfig, root: Path) -> dict:
         "seed": config.seed,
         "max_steps": config.max_steps,
         # every method's options, each method's own where it has them (None for the others)
-        **{name: config.method_options.get(name) for name in _options()},
+        **{name: config.method_options.get(name) for name in method_option_names() if name != "max_steps"},
     }
-
-
-def _options() -> list[str]:
-    """Every registered method's options but max_steps, in the order of the methods."""
-    names = [name for options in all_method_options().values() for name in options]
-    return [name for name in dict.fromkeys(names) if name != "max_steps"]
 
 
 def write_study_tables(
