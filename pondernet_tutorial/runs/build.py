@@ -53,6 +53,12 @@ def make_module(config: TrainConfig, graphed: bool = False) -> RunModule:
     )
 
 
+def one_line(error: BaseException) -> str:
+    """An error's message on one line of at most 300 characters, ending with a full stop."""
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return (text[:300] or type(error).__name__).rstrip(".") + "."
+
+
 class ModelTooLargeError(ValueError):
     """A model of more weights than ``MAX_PARAMETERS``."""
 
@@ -66,9 +72,7 @@ def count_weights(build, what: str | None = None) -> int:
         with torch.device("meta"):
             model = build()
     except (TypeError, ValueError, RuntimeError, OverflowError) as error:
-        text = " ".join(str(error).split())[:300].rstrip(".")
-        text = text or type(error).__name__
-        raise ValueError(f"{what}: {text}." if what else f"{text}.") from None
+        raise ValueError(f"{what}: {one_line(error)}" if what else one_line(error)) from None
     n = sum(t.numel() for t in model.parameters()) + sum(t.numel() for t in model.buffers())
     if n > MAX_PARAMETERS:
         raise ModelTooLargeError(

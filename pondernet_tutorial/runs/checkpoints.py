@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from ..untrusted import CheckpointError  # noqa: F401 (raised here, caught by its callers)
-from .build import ModelTooLargeError, count_weights, make_module
+from .build import ModelTooLargeError, count_weights, make_module, one_line
 from .config import (
     PRETRAINED_DIR,
     WEIGHTS,
@@ -116,7 +116,7 @@ def _read_weights(path: Path) -> tuple[dict, dict]:
         ) from None
     except (SafetensorError, ValueError, TypeError, RecursionError) as error:  # JSONDecodeError: ValueError
         raise CheckpointError(
-            f"{path} is not a whole {WEIGHTS} file ({_one_line(error)}) A model.pt of an older version and a "
+            f"{path} is not a whole {WEIGHTS} file ({one_line(error)}) A model.pt of an older version and a "
             "Lightning .ckpt are PyTorch pickles, which this package never loads: download or train it again."
         ) from None
 
@@ -189,11 +189,6 @@ def _check_registered_only(hparams: dict, path: Path) -> None:
         raise CheckpointError(f"{path}: {error}; nothing was imported or run. {TRUST_HINT}.") from None
 
 
-def _one_line(error: BaseException) -> str:
-    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
-    return (text[:300] or type(error).__name__).rstrip(".") + "."
-
-
 def _check_sizes(hparams: dict, path: Path) -> None:
     """Refuse a checkpoint whose options are not of their declared types, or whose model its
     constructors refuse or would hold more than ``MAX_PARAMETERS`` weights, before anything is
@@ -218,7 +213,7 @@ def _check_sizes(hparams: dict, path: Path) -> None:
         if isinstance(n_classes, int) and not 1 <= n_classes <= 100_000:
             raise ValueError(f"n_classes must lie in [1, 100,000], got {n_classes}")
     except ValueError as error:
-        raise CheckpointError(f"{path} has hyperparameters out of range: {_one_line(error)}") from None
+        raise CheckpointError(f"{path} has hyperparameters out of range: {one_line(error)}") from None
     registered = step in STEPS and method in METHODS
     try:
         count_weights(
@@ -227,7 +222,7 @@ def _check_sizes(hparams: dict, path: Path) -> None:
     except ValueError as error:
         if not registered and not isinstance(error, ModelTooLargeError):
             return  # a trusted component (import path) that cannot be built on meta: its own build decides
-        raise CheckpointError(_one_line(error)) from None
+        raise CheckpointError(one_line(error)) from None
 
 
 def _hparams_differences(saved: dict, expected: dict) -> str:
@@ -300,7 +295,7 @@ def load_model(
         raise CheckpointError(f"{path} has hyperparameters this package does not accept: {error}") from None
     except (MemoryError, RuntimeError) as error:  # the allocator's refusal
         raise CheckpointError(
-            f"{path} describes a model that does not fit in memory: {_one_line(error)}"
+            f"{path} describes a model that does not fit in memory: {one_line(error)}"
         ) from None
     _check_values(state, module, path)
     try:
