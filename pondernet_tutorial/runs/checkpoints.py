@@ -75,15 +75,29 @@ def _accepted_hparams() -> set[str]:
 
 
 def _read_weights(path: Path) -> tuple[dict, dict]:
-    """The hyperparameters in a model file's header, and its tensors. The file is opened once, as a
-    regular file (a FIFO or a device never blocks or fills the memory) no bigger than the largest model
-    allowed, and its bytes are read through that one open file (a file swapped in after the check is
-    never read). Its header is parsed from those bytes: its size must lie within the file, and the
-    declared weights are counted before any tensor is made; safetensors then checks that the header
-    covers the bytes exactly as it makes the tensors (``safetensors.torch.load``)."""
+    """The hyperparameters in a model file's header (:func:`read_header`), and its tensors: safetensors
+    checks again that the header covers the bytes exactly as it makes them (``safetensors.torch.load``)."""
     from safetensors import SafetensorError
     from safetensors.torch import load
 
+    hparams, data = read_header(path)
+    try:
+        return hparams, load(data)
+    except (SafetensorError, ValueError, TypeError) as error:
+        raise CheckpointError(f"{path} is not a whole {WEIGHTS} file ({one_line(error)})") from None
+
+
+def read_header(path: Path) -> tuple[dict, bytes]:
+    """The hyperparameters in a model file's header, and the file's bytes, checked as a whole file
+    without making any tensor. The file is opened once, as a regular file (a FIFO or a device never
+    blocks or fills the memory) no bigger than the largest model allowed, and its bytes are read
+    through that one open file (a file swapped in after the check is never read). Its header is parsed
+    from those bytes: its size must lie within the file, its tensors must cover the bytes after it
+    exactly, and the declared weights are counted.
+
+    Raises:
+        CheckpointError: one line on why the file is not a whole model file of this package's format.
+    """
     try:
         data = read_regular(path, MAX_WEIGHTS_BYTES)  # one open, checked, then read through it
         header, weights = _header(data)
@@ -109,12 +123,12 @@ def _read_weights(path: Path) -> tuple[dict, dict]:
             raise CheckpointError(
                 f"{path} is not a PonderNet model file: its hyperparameters are not a dictionary."
             )
-        return hparams, load(data)
+        return hparams, data
     except (DamagedFileError, OSError) as error:
         raise CheckpointError(
             f"{path} is not a model file ({error.strerror or error}): give the {WEIGHTS} file of a run."
         ) from None
-    except (SafetensorError, ValueError, TypeError, RecursionError) as error:  # JSONDecodeError: ValueError
+    except (ValueError, TypeError, RecursionError) as error:  # JSONDecodeError: ValueError
         raise CheckpointError(
             f"{path} is not a whole {WEIGHTS} file ({one_line(error)}) A model.pt of an older version and a "
             "Lightning .ckpt are PyTorch pickles, which this package never loads: download or train it again."

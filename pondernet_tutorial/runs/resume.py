@@ -5,7 +5,7 @@ identity) until its model file is written. A later ``train()`` of the same confi
 from that checkpoint (:func:`resumable`) after checking the folder and the file: every entry is one
 that a run writes, no link leads out, the checkpoint is a regular file of bounded size in the run's
 own ``checkpoints/``, read weights-only, with this configuration's hyperparameters and the model's
-shapes (:func:`read_checkpoint`, :func:`_check_last_checkpoint`). What Lightning restores holds no
+shapes, as Lightning loads it (:class:`RunCheckpointIO`). What Lightning restores holds no
 path: :class:`~pondernet_tutorial.checkpointing.FolderCheckpoint` (``fit``'s own) finds the best
 epoch's file by its name in its own folder. No file in the folder may have a second name (a hard link):
 a logger rewrites its files in place. The history of the epochs before the checkpoint is the csv
@@ -60,10 +60,24 @@ def read_checkpoint(path, folder) -> dict:
 
 
 class RunCheckpointIO(CheckedCheckpointIO):
-    """The checkpoints of a run, read as :class:`~pondernet_tutorial.checkpointing.CheckedCheckpointIO`
-    reads them, and each written whole beside its file (:func:`~.files.atomic_file`), not staged in
-    ``$TMPDIR`` as Lightning's are: a full disk is reported with the checkpoint's own name and its
-    disk's free space, and a kill mid-write leaves the old checkpoint."""
+    """The checkpoints of a run, each written whole beside its file (:func:`~.files.atomic_file`), not
+    staged in ``$TMPDIR`` as Lightning's are: a full disk is reported with the checkpoint's own name and
+    its disk's free space, and a kill mid-write leaves the old checkpoint.
+
+    The one checkpoint Lightning loads, the ``last.ckpt`` that a resumed run continues from, is read as
+    data in the run's own ``checkpoints/`` (:func:`read_checkpoint`) and checked to be this very run's
+    before Lightning restores anything from it (:func:`check_last_checkpoint`, given the run's folder,
+    module and data module): a refusal is a :class:`CheckpointError`, on which ``train()`` says why in
+    one line and trains the run again."""
+
+    def __init__(self, max_bytes: int, run_dir: Path, module, datamodule):
+        super().__init__(max_bytes)
+        self.run_dir, self.module, self.datamodule = run_dir, module, datamodule
+
+    def load_checkpoint(self, path, map_location=None, weights_only=True) -> dict:
+        checkpoint = read_checkpoint(path, self.run_dir / "checkpoints")
+        check_last_checkpoint(checkpoint, self.run_dir, self.module, self.datamodule)
+        return checkpoint
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         if storage_options is not None:
@@ -186,14 +200,12 @@ def _check_unfinished_folder(run_dir: Path) -> None:
             raise CheckpointError(f"it holds more than {MAX_ENTRIES:,} files")
 
 
-def _check_last_checkpoint(run_dir: Path, config: TrainConfig, datamodule, module) -> None:
-    """Raise ``CheckpointError`` unless ``last.ckpt`` is this very run's: read with
-    :func:`read_checkpoint` (a regular file in the run's own checkpoints folder,
-    bounded, weights-only), with the hyperparameters of the module and of the data module that this
-    configuration builds, and optimizer states of the module's shapes. These are what Lightning would
+def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -> None:
+    """Raise ``CheckpointError`` unless the run's ``last.ckpt`` (read) is this very run's: with the
+    hyperparameters of the module and of the data module that this configuration builds, a history
+    that holds its epochs, and optimizer states of the module's shapes. These are what Lightning would
     restore without a word; what fails in its restore (weights of other shapes, a damaged generator
     state or history) is one line in :func:`train`, which then trains the run again."""
-    checkpoint = read_checkpoint(run_dir / "checkpoints" / "last.ckpt", run_dir / "checkpoints")
     for what, saved, expected in (
         ("model", checkpoint.get("hyper_parameters"), module.hparams),
         ("data", checkpoint.get("datamodule_hyper_parameters"), datamodule.hparams),
@@ -224,14 +236,14 @@ def _check_last_checkpoint(run_dir: Path, config: TrainConfig, datamodule, modul
             raise CheckpointError("its optimizer state is not of this model's shapes")
 
 
-def resumable(run_dir: Path, config: TrainConfig, datamodule, module) -> bool:
+def resumable(run_dir: Path, config: TrainConfig, datamodule) -> bool:
     """Whether ``run_dir`` holds an unfinished run of this very configuration that can continue from its
     last epoch: its ``resume.json`` names this configuration, the data module keeps the state of its
     training batches (the generated tasks; MNIST's shuffled order is not kept, so an MNIST run is
-    trained again), its folder holds only what a run writes, and its ``checkpoints/last.ckpt`` is this
-    run's (:func:`_check_last_checkpoint`). A run that fails a check is trained again, in one line that
-    says why. What is resumed holds no path: the best epoch's checkpoint is found by its name in the
-    run's own folder (:class:`~pondernet_tutorial.checkpointing.FolderCheckpoint`)."""
+    trained again), its folder holds only what a run writes, and it has a ``checkpoints/last.ckpt``,
+    which :class:`RunCheckpointIO` checks as it is loaded. A run that fails a check is trained again, in
+    one line that says why. What is resumed holds no path: the best epoch's checkpoint is found by its
+    name in the run's own folder (:class:`~pondernet_tutorial.checkpointing.FolderCheckpoint`)."""
     if type(datamodule).state_dict is L.LightningDataModule.state_dict:
         return False
     if not (run_dir / RESUME_FILE).exists() or (run_dir / WEIGHTS).exists() or run_dir.is_symlink():
@@ -243,7 +255,6 @@ def resumable(run_dir: Path, config: TrainConfig, datamodule, module) -> bool:
         return False
     try:
         _check_unfinished_folder(run_dir)
-        _check_last_checkpoint(run_dir, config, datamodule, module)
     except (CheckpointError, OSError) as error:
         cannot_continue(run_dir, error)
         return False

@@ -33,7 +33,7 @@ from ..checkpointing import FolderCheckpoint, checkpoint_bound
 from ..fitting import fit, mode
 from .build import make_datamodule, make_module, use_cuda_graph
 from .checkpoints import CheckpointError, save_weights
-from .config import WEIGHTS, TrainConfig, check_same_identity
+from .config import WEIGHTS, TrainConfig, _plain, check_same_identity
 from .cuda_graph import GraphedPonderLitModule
 from .files import (
     WriteFailedError,
@@ -183,14 +183,16 @@ def read_metadata(run_dir: Path) -> dict | None:
 
 
 def completed_run(run_dir: Path, config: TrainConfig | None = None, warn: bool = True) -> dict | None:
-    """The metadata of a finished run: its ``metadata.json`` parses and its ``model.safetensors`` loads (as the
-    model that the metadata records, and that ``config`` asks for). ``None`` for a run that is not
-    there or not finished; a damaged one also gets a one-line warning (it will be trained again).
+    """The metadata of a finished run: its ``metadata.json`` parses, records the identity that ``config``
+    asks for, and its ``model.safetensors`` is a whole model file (:func:`~.checkpoints.read_header`) of
+    the hyperparameters that the metadata records and ``config`` builds. ``None`` for a run that is not there or not finished;
+    a damaged one also gets a one-line warning (it will be trained again). Nothing is built or loaded:
+    whoever loads the model checks it whole (:func:`~.checkpoints.load_model`).
 
     Raises:
         ConfigMismatchError: the folder holds a run of another configuration than ``config``.
     """
-    from .checkpoints import load_model
+    from .checkpoints import expected_hparams, read_header
 
     run_dir = Path(run_dir)
     if not (run_dir / WEIGHTS).exists():
@@ -203,7 +205,11 @@ def completed_run(run_dir: Path, config: TrainConfig | None = None, warn: bool =
         if config is not None:  # a run of another configuration is never replaced silently
             check_same_identity(metadata["identity"], config.identity(), f"the run in {run_dir}")
         try:
-            load_model(run_dir / WEIGHTS, config=config)
+            hparams = _plain(read_header(run_dir / WEIGHTS)[0])
+            if hparams != _plain(metadata.get("hparams")):
+                problem = f"its {WEIGHTS} is not the model that its metadata.json records"
+            elif config is not None and hparams != expected_hparams(config):
+                problem = f"its {WEIGHTS} is not the model of this configuration"
         except CheckpointError as error:
             problem = str(error)
     if problem is None:
@@ -324,7 +330,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
     datamodule, module = prepare()
     with folder_lock(run_dir, wait=wait, doing="training it"):  # one process at a time per run folder
         # every rank of a DDP run decides alike: they all read the same last checkpoint, or none
-        resume = not overwrite and resumable(run_dir, config, datamodule, module)
+        resume = not overwrite and resumable(run_dir, config, datamodule)
         if is_rank_zero():  # the other ranks of a DDP run join rank 0's training and write nothing
             if not overwrite and completed_run(run_dir, config, warn=False) is not None:
                 raise RunExistsError(run_dir, "was trained meanwhile by another process")
@@ -355,7 +361,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
                     # in the epochs that improve the best): what a resumed run reads
                     callbacks=[FolderCheckpoint(checkpoints, LAST, enable_version_counter=False), clock],
                     logger=(loggers := make_loggers(config, run_dir / "logs")),
-                    checkpoint_io=RunCheckpointIO(checkpoint_bound(module)),
+                    checkpoint_io=RunCheckpointIO(checkpoint_bound(module), run_dir, module, datamodule),
                     **trainer_options(config),
                 )
                 break

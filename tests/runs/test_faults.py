@@ -431,10 +431,21 @@ def damage(config: TrainConfig, how: str) -> None:
         (run / WEIGHTS).write_bytes(data[: len(data) // 2])
     elif how == "metadata.json of no run":
         (run / "metadata.json").write_text('["not", "a", "record"]')
+    elif how == "a model file of other hyperparameters":  # whole, but not the model its metadata records
+        metadata = json.loads((run / "metadata.json").read_text())
+        metadata["hparams"]["n_classes"] += 1
+        (run / "metadata.json").write_text(json.dumps(metadata))
 
 
 @pytest.mark.parametrize(
-    "how", ["empty metadata.json", "empty model file", "half a model file", "metadata.json of no run"]
+    "how",
+    [
+        "empty metadata.json",
+        "empty model file",
+        "half a model file",
+        "metadata.json of no run",
+        "a model file of other hyperparameters",
+    ],
 )
 def test_a_damaged_run_is_trained_again_with_a_one_line_warning(tmp_path, capsys, how):
     """Before: FileExistsError (a 0-byte model file looked finished) or JSONDecodeError, --overwrite too."""
