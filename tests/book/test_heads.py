@@ -1,5 +1,15 @@
 """The halting-heads study's rules (analysis/heads.py), on hand-made tables whose answers are worked out
-in the comments: a rule that drifts from its docstring fails here."""
+in the comments: a rule that drifts from its docstring fails here.
+
+Deliberate breaks these tests catch (each was tried, and failed a test):
+- ``collapse``: ``<`` for ``≤``, judging the fixed depth and the control, the rate over every run
+  instead of the configuration's seeds;
+- ``decisions_right``: counting the steps after ``T(x)``, ``q ≥ 0`` for ``q > 0``; ``decision_range``:
+  the mean for the lowest seed;
+- ``at_limit``: reading step 1 instead of ``eval_max_steps``, no error for a table that stops short;
+- ``halting_against_limit``: comparing with the far end of the other interval (either side), or with the
+  limit's accuracy without its interval.
+"""
 
 import math
 
