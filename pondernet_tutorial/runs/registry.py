@@ -107,6 +107,8 @@ _PAPER_DEFAULTS = {
     "train_epsilon": 0.05,
     "pondernet.eval_max_steps": PAPER_EVAL_STEPS,
     "act.eval_max_steps": PAPER_EVAL_STEPS,
+    "trm.eval_max_steps": PAPER_EVAL_STEPS,
+    "hrm.eval_max_steps": PAPER_EVAL_STEPS,
     "act.halting_bias": 1.0,  # Graves (2016, §3): "the initial halting unit bias b_h ... was 1"
 }
 
@@ -162,6 +164,8 @@ _POINTER = dict(
         # walks beyond the training range need more steps than training's budget
         "pondernet.eval_max_steps": 20,
         "act.eval_max_steps": 20,
+        "trm.eval_max_steps": 20,
+        "hrm.eval_max_steps": 20,
         # accuracy reaches 1.0 within an epoch or two, while halting still settles: keep the epoch of
         # the lowest validation loss, not the first perfect one
         "select_by": "val/loss",

@@ -143,6 +143,30 @@ POINTER_NO_EXIT_METHODS = (
     {"method": "fixed", "max_steps": 10},
     {"method": "fixed", "max_steps": 10, "eval_max_steps": 20},
 )
+# Issue 42: the halting heads side by side on one step function per task, judged by rules committed
+# before any run (analysis/heads.py). Every head of a task trains on the task's own budget, its
+# experiment's defaults, so that no head is compared with a longer-trained one.
+HEADS_TASKS = (
+    {"experiment": POINTER},  # with the exit bit, as the pointer study runs it
+    {"experiment": POINTER, **NO_EXIT},
+    {"experiment": "parity-paper16-interpolation"},
+)
+HEADS = (
+    {"method": "pondernet"},  # the experiment's λ_p
+    {"method": "pondernet", "prior": "uniform"},  # LoopLM/Ouro's prior
+    {"method": "act", "halting_bias": 1.0},  # Graves's bias
+    {"method": "act", "halting_bias": ACT_BIAS},  # the deep start
+    {"method": "trm"},
+    {"method": "hrm"},
+    {"method": "pondernet", "learn_halting": False},  # the frozen-halting control
+)
+
+
+def heads_runs(task: dict) -> tuple:
+    """Every head of the study on one task, and the fixed depth at the task's N (training's step limit)."""
+    n_steps = TrainConfig.from_options(**task, method="pondernet").max_steps
+    return tuple({**task, **head} for head in (*HEADS, {"method": "fixed", "max_steps": n_steps}))
+
 
 STUDIES: dict[str, Study] = {
     s.name: s
@@ -239,6 +263,20 @@ STUDIES: dict[str, Study] = {
             ship="all",
             quick_runs=tuple(
                 {"experiment": POINTER, **NO_EXIT, **POINTER_NO_EXIT_METHODS[i]} for i in (0, 3)
+            ),
+        ),
+        Study(
+            "halting-heads",
+            "the halting heads of 2016 to 2025 on one step function per task: PonderNet (geometric and "
+            f"uniform prior), ACT (bias +1 and {ACT_BIAS:+g}), TRM's and HRM's heads, a fixed depth and the frozen "
+            "control, on pointer chasing with and without the exit bit and the paper's parity on 16 "
+            "elements; each task's own budget for every head",
+            tuple(run for task in HEADS_TASKS for run in heads_runs(task)),
+            ship="all",
+            # CI's quick runs: every head once on pointer chasing, TRM's and HRM's also on parity
+            quick_runs=(
+                *heads_runs(HEADS_TASKS[0]),
+                *(run for run in heads_runs(HEADS_TASKS[2]) if run["method"] in ("trm", "hrm")),
             ),
         ),
     ]
