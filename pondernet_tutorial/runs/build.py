@@ -1,9 +1,11 @@
-"""From a configuration to the objects Lightning trains: the data module and the LightningModule
-(plain, or with its training step replayed from one CUDA graph where that can be done)."""
+"""From a configuration to the objects Lightning trains: the data module, the LightningModule (plain,
+or with its training step replayed from one CUDA graph where that can be done), the Trainer's
+arguments and the run's loggers."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -122,3 +124,69 @@ def slow_bf16() -> bool:
     """bf16 runs without tensor cores of its own (and cuDNN's bf16 convolutions) on a GPU older than
     compute capability 8.0 (Ampere): a T4, Colab's free GPU, is 7.5."""
     return torch.cuda.is_available() and torch.cuda.get_device_capability() < (8, 0)
+
+
+def make_loggers(config: TrainConfig, save_dir: Path) -> list:
+    """The run's loggers, offline: Lightning's csv logger, always (``version_<n>/metrics.csv``, one
+    folder per process that trains the run: the history, :func:`~.resume.read_history`), and the
+    configured one besides: tensorboard or wandb (``offline=True``)."""
+    from lightning.pytorch import loggers
+
+    csv = loggers.CSVLogger(save_dir, name="")
+    if config.logger == "tensorboard":
+        return [csv, loggers.TensorBoardLogger(save_dir, name="", version="")]
+    if config.logger == "wandb":
+        name = f"{config.experiment}-{config.variant}-seed{config.seed}"
+        return [
+            csv,
+            loggers.WandbLogger(
+                project="pondernet-tutorial", save_dir=str(save_dir), name=name, offline=True
+            ),
+        ]
+    return [csv]
+
+
+class MissingPackageError(ValueError):
+    """An optional package that the requested option needs is not installed."""
+
+
+def check_logger_available(logger: str) -> None:
+    """Fail before any folder is made if the chosen logger's package is missing."""
+    module = {"tensorboard": "tensorboard", "wandb": "wandb"}.get(logger)
+    if module is None:
+        return
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise MissingPackageError(f"--logger {logger} needs the {module} package: pip install {module}.")
+
+
+def trainer_options(config: TrainConfig) -> dict:
+    """The Trainer's arguments of a run, besides its epochs, callbacks and logger. Gradient clipping is
+    the module's own (``grad_clip``, in ``configure_gradient_clipping``)."""
+    return {
+        "accelerator": config.accelerator,
+        "devices": config.devices,
+        "strategy": config.strategy,
+        "precision": config.precision,
+        "enable_progress_bar": config.progress_bar,
+        "enable_model_summary": False,
+        "deterministic": "warn",  # exact on the CPU; warns instead of failing on GPU ops without a deterministic kernel
+        "num_sanity_val_steps": 0,
+        # the module logs its training means once, at an epoch's last batch: every step may reach the
+        # loggers (a step that logs nothing costs nothing)
+        "log_every_n_steps": 1,
+    }
+
+
+def check_trainer(config: TrainConfig) -> L.Trainer:
+    """A Trainer of the run's settings, made before anything is written, to check them: a missing
+    package (``--accelerator tpu`` without torch_xla) is an error here, and the CUDA-graph decision
+    reads its accelerator and world size."""
+    try:
+        return L.Trainer(max_epochs=config.epochs, logger=False, **trainer_options(config))
+    except ModuleNotFoundError as error:
+        raise MissingPackageError(
+            f"accelerator={config.accelerator!r}, strategy={config.strategy!r} need a missing package ({error}); "
+            "install it, or choose --accelerator auto/cpu/gpu."
+        ) from error

@@ -36,12 +36,11 @@ from .config import (
     PRETRAINED_DIR,
     WEIGHTS,
     TrainConfig,
-    _plain,
     check_same_identity,
     identity_differences,
     other_methods_options,
 )
-from .files import DamagedFileError, atomic_file, read_json, read_regular
+from .files import DamagedFileError, atomic_file, plain, read_json, read_regular
 from .module import RunModule
 from .options import MAX_PARAMETERS, PARAMETERS_REASON, check_steps, method_options, step_options
 from .processes import command_name
@@ -60,7 +59,7 @@ def save_weights(module: RunModule, path: str | os.PathLike) -> Path:
     from safetensors.torch import save
 
     state = {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
-    header = {"format": FORMAT, "hparams": json.dumps(_plain(dict(module.hparams)))}
+    header = {"format": FORMAT, "hparams": json.dumps(plain(dict(module.hparams)))}
     with atomic_file(path, "wb") as handle:
         handle.write(save(state, metadata=header))
     return Path(path)
@@ -245,7 +244,7 @@ def _hparams_differences(saved: dict, expected: dict) -> str:
 
 def expected_hparams(config: TrainConfig) -> dict:
     """The hyperparameters of the model that a configuration trains (as saved in its model file)."""
-    return _plain(dict(make_module(config).hparams))
+    return plain(dict(make_module(config).hparams))
 
 
 def load_model(
@@ -287,7 +286,7 @@ def load_model(
         if metadata is None:
             raise CheckpointError(f"the metadata.json beside {path} is damaged: train the run again.")
         recorded = metadata.get("hparams")
-        if recorded is not None and _plain(hparams) != _plain(recorded):
+        if recorded is not None and plain(hparams) != plain(recorded):
             raise CheckpointError(
                 f"{path} is not the model that its folder's metadata.json records "
                 f"({_hparams_differences(hparams, recorded)}): train the run again."
@@ -295,7 +294,7 @@ def load_model(
     asked = None
     if config is not None:
         asked = expected_hparams(config)
-        if _plain(hparams) != asked:
+        if plain(hparams) != asked:
             raise CheckpointError(
                 f"{path} is not the model of the requested configuration "
                 f"({_hparams_differences(hparams, asked)}): train the run again."

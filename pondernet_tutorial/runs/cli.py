@@ -327,10 +327,10 @@ def _user_errors():
     """The exception types that mean a mistake in the input (imported only when a command runs)."""
     from ..data.mnist import MNISTDamagedError, MNISTNotFoundError
     from ..fitting import TrainingDivergedError
+    from .build import MissingPackageError
     from .checkpoints import CheckpointError
     from .config import ConfigMismatchError
     from .files import DamagedFileError
-    from .training import MissingPackageError
 
     try:  # Lightning's error for a bad --accelerator, --devices or --strategy
         from lightning.fabric.utilities.exceptions import MisconfigurationException

@@ -26,6 +26,7 @@ import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from .files import plain
 from .options import (
     BATCH_REASON,
     EPOCHS_REASON,
@@ -476,18 +477,9 @@ def _slug(value) -> str:
     return str(value).lower() if isinstance(value, bool) or value is None else str(value)
 
 
-def _plain(value):
-    """JSON round trip: tuples become lists, so saved and requested values compare equal."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
 def identity_differences(saved: dict, requested: dict) -> list[str]:
     """``"field: saved X, requested Y"`` for every field on which two identities differ."""
-    saved, requested = _plain(saved), _plain(requested)
+    saved, requested = plain(saved), plain(requested)
     keys = list(dict.fromkeys([*requested, *saved]))
     return [
         f"{k}: saved {saved.get(k, '(absent)')!r}, requested {requested.get(k, '(absent)')!r}"

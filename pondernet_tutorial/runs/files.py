@@ -386,3 +386,12 @@ def folder_lock(folder: str | os.PathLike, wait: bool = True, doing: str = "work
         held.release()
         if not held.is_locked:
             del _HELD[key]
+
+
+def plain(value):
+    """``value`` as JSON gives it back (tuples become lists), so that saved and requested values compare equal."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value

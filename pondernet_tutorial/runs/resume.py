@@ -1,4 +1,5 @@
-"""Continuing an unfinished run, trusting nothing in its folder but weights and counters.
+"""What a run folder holds: a finished run (:func:`completed_run`), or an unfinished one that continues
+(:func:`resumable`), trusting nothing in it but weights and counters.
 
 A run on a generated task writes ``checkpoints/last.ckpt`` after every epoch and ``resume.json`` (its
 identity) until its model file is written. A later ``train()`` of the same configuration continues
@@ -25,8 +26,9 @@ import torch
 
 from ..checkpointing import CheckedCheckpointIO, read_checkpoint_file
 from ..untrusted import CheckpointError
-from .config import WEIGHTS, TrainConfig, _plain, identity_differences
-from .files import atomic_file, read_json, read_table
+from .checkpoints import read_header
+from .config import WEIGHTS, check_same_identity, identity_differences
+from .files import atomic_file, plain, read_json, read_table
 from .options import MAX_PARAMETERS
 from .processes import is_rank_zero
 
@@ -210,7 +212,7 @@ def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -
         ("model", checkpoint.get("hyper_parameters"), module.hparams),
         ("data", checkpoint.get("datamodule_hyper_parameters"), datamodule.hparams),
     ):
-        if not isinstance(saved, dict) or _plain(dict(saved)) != _plain(dict(expected)):
+        if not isinstance(saved, dict) or plain(dict(saved)) != plain(dict(expected)):
             differences = "; ".join(identity_differences(dict(saved or {}), dict(expected)))
             raise CheckpointError(f"its {what} hyperparameters are not this configuration's: {differences}")
     epochs = checkpoint.get("epoch")
@@ -236,9 +238,9 @@ def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -
             raise CheckpointError("its optimizer state is not of this model's shapes")
 
 
-def resumable(run_dir: Path, config: TrainConfig, datamodule) -> bool:
+def resumable(run_dir: Path, identity: dict, datamodule) -> bool:
     """Whether ``run_dir`` holds an unfinished run of this very configuration that can continue from its
-    last epoch: its ``resume.json`` names this configuration, the data module keeps the state of its
+    last epoch: its ``resume.json`` names this configuration (``identity``, :meth:`TrainConfig.identity`), the data module keeps the state of its
     training batches (the generated tasks; MNIST's shuffled order is not kept, so an MNIST run is
     trained again), its folder holds only what a run writes, and it has a ``checkpoints/last.ckpt``,
     which :class:`RunCheckpointIO` checks as it is loaded. A run that fails a check is trained again, in
@@ -248,14 +250,55 @@ def resumable(run_dir: Path, config: TrainConfig, datamodule) -> bool:
         return False
     if not (run_dir / RESUME_FILE).exists() or (run_dir / WEIGHTS).exists() or run_dir.is_symlink():
         return False
-    recorded = read_json(run_dir / RESUME_FILE)
-    if recorded is None or recorded.get("identity") != _plain(config.identity()):
-        return False
     if not os.path.lexists(run_dir / "checkpoints" / "last.ckpt"):  # a link too: refused below, in one line
         return False
     try:
-        _check_unfinished_folder(run_dir)
+        _check_unfinished_folder(run_dir)  # before resume.json is read
     except (CheckpointError, OSError) as error:
         cannot_continue(run_dir, error)
         return False
-    return True
+    recorded = read_json(run_dir / RESUME_FILE)
+    return recorded is not None and recorded.get("identity") == plain(identity)
+
+
+def read_metadata(run_dir: Path) -> dict | None:
+    """A run's ``metadata.json``; ``None`` if it is missing or damaged (empty, not JSON)."""
+    return read_json(Path(run_dir) / "metadata.json")
+
+
+def completed_run(
+    run_dir: Path, identity: dict | None = None, expected: dict | None = None, warn: bool = True
+) -> dict | None:
+    """The metadata of a finished run: its ``metadata.json`` parses and records ``identity`` (the
+    requested configuration's, :meth:`TrainConfig.identity`), and its ``model.safetensors`` is a whole
+    model file (:func:`~.checkpoints.read_header`) of the hyperparameters that the metadata records
+    and the requested module has (``expected``). ``None`` for a run that is not there or not finished; a
+    damaged one also gets a one-line warning (it will be trained again). Nothing is built or loaded:
+    whoever loads the model checks it whole (:func:`~.checkpoints.load_model`).
+
+    Raises:
+        ConfigMismatchError: the folder holds a run of another configuration than ``identity``.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / WEIGHTS).exists():
+        return None  # not trained, or killed before its weights were written: trained again
+    metadata = read_metadata(run_dir)
+    problem = None
+    if metadata is None or not isinstance(metadata.get("identity"), dict):
+        problem = "its metadata.json is missing or damaged"
+    else:
+        if identity is not None:  # a run of another configuration is never replaced silently
+            check_same_identity(metadata["identity"], identity, f"the run in {run_dir}")
+        try:
+            recorded = plain(read_header(run_dir / WEIGHTS)[0])
+            if recorded != plain(metadata.get("hparams")):
+                problem = f"its {WEIGHTS} is not the model that its metadata.json records"
+            elif expected is not None and recorded != plain(dict(expected)):
+                problem = f"its {WEIGHTS} is not the model of this configuration"
+        except CheckpointError as error:
+            problem = str(error)
+    if problem is None:
+        return metadata
+    if warn and is_rank_zero():
+        print(f"warning: the run in {run_dir} is damaged ({problem}): training it again.", file=sys.stderr)
+    return None

@@ -306,9 +306,11 @@ def run_one(
     """
     import torch
 
+    from .checkpoints import expected_hparams
     from .evaluation import evaluate_halting, evaluate_run, halting_up_to_date, tables_up_to_date
     from .files import FolderLockedError
-    from .training import completed_run, read_metadata, train
+    from .resume import completed_run, read_metadata
+    from .training import train
 
     if threads:
         torch.set_num_threads(threads)
@@ -330,7 +332,10 @@ def run_one(
                     say(f"== drawing halting coins {run_dir}", flush=True)
                     evaluate_halting(config, limit=limit, overwrite=True)
                 return {"run_dir": str(run_dir), "seconds": 0.0, "done": "reused"}
-            if overwrite or completed_run(run_dir, config, warn=False) is None:  # train() warns
+            if (
+                overwrite
+                or completed_run(run_dir, config.identity(), expected_hparams(config), warn=False) is None
+            ):  # train() warns
                 say(f"== training {run_dir}", flush=True)
                 # not overwrite=True: that would delete an unfinished run instead of continuing it
                 module, _ = train(config, overwrite=overwrite)
@@ -506,7 +511,7 @@ def write_study_tables(
     import pandas as pd
 
     from .evaluation import load_run_tables, per_angle
-    from .training import read_metadata
+    from .resume import read_metadata
 
     out = root / "studies" / study.name
     collected = {"summary": [], "per_step": [], "per_class": [], "halting": []}

@@ -6,7 +6,7 @@ row per epoch, from Lightning's csv logger in ``logs/``), ``metadata.json`` (the
 versions; no path of the machine) and, last, ``model.safetensors`` (weights only, the epoch with the best
 validation accuracy, picked by Lightning's ``ModelCheckpoint``). Each file is written whole, and one
 process at a time trains into a folder (:mod:`~pondernet_tutorial.runs.files`). A run counts as finished
-only when its metadata parses and its ``model.safetensors`` loads (:func:`completed_run`): one that failed or
+only when its metadata parses and its ``model.safetensors`` loads (:func:`~.resume.completed_run`): one that failed or
 was killed is simply trained again.
 """
 
@@ -19,7 +19,6 @@ import platform
 import re
 import shutil
 import statistics
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -31,16 +30,23 @@ from lightning.pytorch.callbacks import Callback
 
 from ..checkpointing import FolderCheckpoint, checkpoint_bound
 from ..fitting import fit, mode
-from .build import make_datamodule, make_module, use_cuda_graph
-from .checkpoints import CheckpointError, save_weights
-from .config import WEIGHTS, TrainConfig, _plain, check_same_identity
+from .build import (
+    check_logger_available,
+    check_trainer,
+    make_datamodule,
+    make_loggers,
+    make_module,
+    trainer_options,
+    use_cuda_graph,
+)
+from .checkpoints import save_weights
+from .config import WEIGHTS, TrainConfig
 from .cuda_graph import GraphedPonderLitModule
 from .files import (
     WriteFailedError,
     check_unlocked,
     folder_lock,
     is_write_refusal,
-    read_json,
     write_csv,
     write_failed,
     write_json,
@@ -53,6 +59,7 @@ from .resume import (
     RESUME_FILE,
     RunCheckpointIO,
     cannot_continue,
+    completed_run,
     last_checkpoint,
     read_history,
     resumable,
@@ -110,41 +117,6 @@ class EpochClock(Callback):
 ENGINE_VERSION = 3
 
 
-def make_loggers(config: TrainConfig, save_dir: Path) -> list:
-    """The run's loggers, offline: Lightning's csv logger, always (``version_<n>/metrics.csv``, one
-    folder per process that trains the run: the history, :func:`~.resume.read_history`), and the
-    configured one besides: tensorboard or wandb (``offline=True``)."""
-    from lightning.pytorch import loggers
-
-    csv = loggers.CSVLogger(save_dir, name="")
-    if config.logger == "tensorboard":
-        return [csv, loggers.TensorBoardLogger(save_dir, name="", version="")]
-    if config.logger == "wandb":
-        name = f"{config.experiment}-{config.variant}-seed{config.seed}"
-        return [
-            csv,
-            loggers.WandbLogger(
-                project="pondernet-tutorial", save_dir=str(save_dir), name=name, offline=True
-            ),
-        ]
-    return [csv]
-
-
-class MissingPackageError(ValueError):
-    """An optional package that the requested option needs is not installed."""
-
-
-def check_logger_available(logger: str) -> None:
-    """Fail before any folder is made if the chosen logger's package is missing."""
-    module = {"tensorboard": "tensorboard", "wandb": "wandb"}.get(logger)
-    if module is None:
-        return
-    import importlib.util
-
-    if importlib.util.find_spec(module) is None:
-        raise MissingPackageError(f"--logger {logger} needs the {module} package: pip install {module}.")
-
-
 def library_versions() -> dict:
     import lightning
     import torchmetrics
@@ -175,79 +147,6 @@ def recorded_config(config: TrainConfig) -> dict:
     """The configuration as ``metadata.json`` records it: every field but the machine's paths, the
     method's options each on its own (:meth:`TrainConfig.from_options` reads it back)."""
     return {k: v for k, v in config.options().items() if k not in MACHINE_FIELDS}
-
-
-def read_metadata(run_dir: Path) -> dict | None:
-    """A run's ``metadata.json``; ``None`` if it is missing or damaged (empty, not JSON)."""
-    return read_json(Path(run_dir) / "metadata.json")
-
-
-def completed_run(run_dir: Path, config: TrainConfig | None = None, warn: bool = True) -> dict | None:
-    """The metadata of a finished run: its ``metadata.json`` parses, records the identity that ``config``
-    asks for, and its ``model.safetensors`` is a whole model file (:func:`~.checkpoints.read_header`) of
-    the hyperparameters that the metadata records and ``config`` builds. ``None`` for a run that is not there or not finished;
-    a damaged one also gets a one-line warning (it will be trained again). Nothing is built or loaded:
-    whoever loads the model checks it whole (:func:`~.checkpoints.load_model`).
-
-    Raises:
-        ConfigMismatchError: the folder holds a run of another configuration than ``config``.
-    """
-    from .checkpoints import expected_hparams, read_header
-
-    run_dir = Path(run_dir)
-    if not (run_dir / WEIGHTS).exists():
-        return None  # not trained, or killed before its weights were written: trained again
-    metadata = read_metadata(run_dir)
-    problem = None
-    if metadata is None or not isinstance(metadata.get("identity"), dict):
-        problem = "its metadata.json is missing or damaged"
-    else:
-        if config is not None:  # a run of another configuration is never replaced silently
-            check_same_identity(metadata["identity"], config.identity(), f"the run in {run_dir}")
-        try:
-            hparams = _plain(read_header(run_dir / WEIGHTS)[0])
-            if hparams != _plain(metadata.get("hparams")):
-                problem = f"its {WEIGHTS} is not the model that its metadata.json records"
-            elif config is not None and hparams != expected_hparams(config):
-                problem = f"its {WEIGHTS} is not the model of this configuration"
-        except CheckpointError as error:
-            problem = str(error)
-    if problem is None:
-        return metadata
-    if warn and is_rank_zero():
-        print(f"warning: the run in {run_dir} is damaged ({problem}): training it again.", file=sys.stderr)
-    return None
-
-
-def trainer_options(config: TrainConfig) -> dict:
-    """The Trainer's arguments of a run, besides its epochs, callbacks and logger. Gradient clipping is
-    the module's own (``grad_clip``, in ``configure_gradient_clipping``)."""
-    return {
-        "accelerator": config.accelerator,
-        "devices": config.devices,
-        "strategy": config.strategy,
-        "precision": config.precision,
-        "enable_progress_bar": config.progress_bar,
-        "enable_model_summary": False,
-        "deterministic": "warn",  # exact on the CPU; warns instead of failing on GPU ops without a deterministic kernel
-        "num_sanity_val_steps": 0,
-        # the module logs its training means once, at an epoch's last batch: every step may reach the
-        # loggers (a step that logs nothing costs nothing)
-        "log_every_n_steps": 1,
-    }
-
-
-def check_trainer(config: TrainConfig) -> L.Trainer:
-    """A Trainer of the run's settings, made before anything is written, to check them: a missing
-    package (``--accelerator tpu`` without torch_xla) is an error here, and the CUDA-graph decision
-    reads its accelerator and world size."""
-    try:
-        return L.Trainer(max_epochs=config.epochs, logger=False, **trainer_options(config))
-    except ModuleNotFoundError as error:
-        raise MissingPackageError(
-            f"accelerator={config.accelerator!r}, strategy={config.strategy!r} need a missing package ({error}); "
-            "install it, or choose --accelerator auto/cpu/gpu."
-        ) from error
 
 
 # What the package's own use of Lightning prints and a user cannot act on, silenced by its exact words
@@ -317,8 +216,6 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
     check_inside(run_dir, config.output_dir)  # never a lock, mkdir or rmtree outside the output folder
     if not wait:
         check_unlocked(run_dir, doing="training it")  # say so before anything is built
-    if not overwrite and is_rank_zero() and completed_run(run_dir, config) is not None:
-        raise RunExistsError(run_dir, "already holds this trained run")
     check_logger_available(config.logger)
 
     def prepare():  # the same draws every time: the seed first, then the data module and the weights
@@ -328,19 +225,20 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
         return datamodule, make_module(config, graphed=use_cuda_graph(config, check_trainer(config)))
 
     datamodule, module = prepare()
+    identity = config.identity()  # what the folder's records must hold
     with folder_lock(run_dir, wait=wait, doing="training it"):  # one process at a time per run folder
         # every rank of a DDP run decides alike: they all read the same last checkpoint, or none
-        resume = not overwrite and resumable(run_dir, config, datamodule)
-        if is_rank_zero():  # the other ranks of a DDP run join rank 0's training and write nothing
-            if not overwrite and completed_run(run_dir, config, warn=False) is not None:
-                raise RunExistsError(run_dir, "was trained meanwhile by another process")
+        resume = not overwrite and resumable(run_dir, identity, datamodule)
+        if not overwrite and is_rank_zero():  # the other ranks of a DDP run join rank 0's and write nothing
+            if completed_run(run_dir, identity, module.hparams) is not None:
+                raise RunExistsError(run_dir, "already holds this trained run")
         start = time.perf_counter()
         while True:
             if is_rank_zero():
                 if run_dir.exists() and not resume:  # an unfinished or damaged run, or one to overwrite
                     shutil.rmtree(run_dir)  # never follows a link inside it
                 run_dir.mkdir(parents=True, exist_ok=True)
-                write_json(run_dir / RESUME_FILE, {"identity": config.identity()})
+                write_json(run_dir / RESUME_FILE, {"identity": identity})
                 mark_parent()  # the ranks that fit() starts end with this process
             clock, loggers = EpochClock(), None
             try:
@@ -388,7 +286,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
         wall += sum(epoch_times[:restored])  # a resumed run: the epochs of earlier processes
         n_train = getattr(datamodule, "train_size", None)
         metadata = {
-            "identity": config.identity(),
+            "identity": identity,
             "config": recorded_config(config),
             "hparams": dict(module.hparams),
             "epochs_run": len(rows),

@@ -131,6 +131,7 @@ def expected_results() -> tuple[list[str], dict[str, bool]]:
     holds["pointer: both follow the walk, ACT more closely"] = (
         reference["verdict"] == FOLLOWS == act["verdict"] and act["rho_low"] > reference["rho_high"]
     )
+    numbers.append("13")  # the halting heads' chapter: its rules, no results yet
     return numbers, holds
 
 

@@ -21,6 +21,7 @@ import torch
 
 from pondernet_tutorial.runs import training
 from pondernet_tutorial.runs.config import WEIGHTS, TrainConfig
+from pondernet_tutorial.runs.files import read_json, write_json
 from pondernet_tutorial.runs.processes import Interrupted
 from pondernet_tutorial.runs.resume import RESUME_FILE
 from pondernet_tutorial.runs.studies import run_one
@@ -86,8 +87,8 @@ def test_an_unfinished_run_of_another_configuration_is_trained_again(tmp_path, m
     with pytest.raises(Interrupted):
         train(config)
     monkeypatch.undo()
-    recorded = training.read_json(config.run_dir / RESUME_FILE)
-    training.write_json(config.run_dir / RESUME_FILE, {"identity": {**recorded["identity"], "lr": 1.0}})
+    recorded = read_json(config.run_dir / RESUME_FILE)
+    write_json(config.run_dir / RESUME_FILE, {"identity": {**recorded["identity"], "lr": 1.0}})
     started = []
     stop_at_epoch(monkeypatch, -1, started)
     _, metadata = train(config)
@@ -104,7 +105,7 @@ def test_reproduce_continues_an_unfinished_run_of_a_study(tmp_path, monkeypatch)
     stop_at_epoch(monkeypatch, -1, started)
     record = run_one(config, limit=64, overwrite=False, reevaluate=False, threads=None)
     assert record["done"] == "trained" and started == [2, 3]
-    assert training.read_json(config.run_dir / "metadata.json")["resumed"]
+    assert read_json(config.run_dir / "metadata.json")["resumed"]
 
 
 def test_a_run_whose_validation_stopped_improving_resumes_from_its_last_epoch(tmp_path, monkeypatch):
