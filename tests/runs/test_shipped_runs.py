@@ -99,10 +99,11 @@ def reader_request(identity: dict) -> dict:
 
 @cache
 def study_configs() -> dict[Path, list[tuple[str, TrainConfig]]]:
-    """The runs that the studies ship with their weights, by the folder their configuration names."""
+    """The runs that the shipped studies ship with their weights, by the folder their configuration
+    names (a study whose tables are not shipped yet, defined with its rules before its runs, has none)."""
     named: dict[Path, list] = {}
     for study in STUDIES.values():
-        if study.ship != "tables":
+        if study.ship != "tables" and (SHIPPED / "studies" / study.name).is_dir():
             for config in study.configs(output_dir=str(SHIPPED)):
                 named.setdefault(config.run_dir.resolve(), []).append((study.name, config))
     return named
