@@ -42,7 +42,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 import pondernet_tutorial
-from pondernet_tutorial.analysis.paper_claims import STUDY, UPDATES, wilson
+from pondernet_tutorial.analysis.paper_claims import SEEDS, STUDY, UPDATES, wilson
 from pondernet_tutorial.checkpointing import FolderCheckpoint
 from pondernet_tutorial.data.base import EvalSet
 from pondernet_tutorial.fitting import StopOnNonFinite
@@ -60,7 +60,7 @@ VECTORS = 8_000  # vectors per scored range
 SCORE_SEED = 2107_05407  # the scored vectors' generator (plus the range's first k): none of training's
 EXPERIMENTS = {64: "parity-paper64-interpolation", 96: "parity-paper96-extrapolation"}
 METHODS = {"pondernet": {}, "act": {"tau": 2e-3}}  # λ_p = 0.1 and the halting bias +1: the experiments'
-RUNS = tuple(f"{n}:{method}:{seed}" for n in (64, 96) for method in METHODS for seed in (0, 1))
+RUNS = tuple(f"{n}:{method}:{seed}" for n in (64, 96) for method in METHODS for seed in SEEDS)
 
 
 def parse_run(run: str) -> tuple[int, str, int]:

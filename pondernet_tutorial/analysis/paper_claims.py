@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from .verdicts import side
 
 UPDATES = 500_000  # the update count every run trains to, whatever its accuracy
+SEEDS = (0, 1)  # every run's seeds: a claim is judged over all of them
 STUDY = "parity-paper-size"  # the shipped study's folder, under pretrained/studies
 CHANCE = 0.5
 HELD, NOT_HELD, UNDETERMINED, NOT_JUDGED = "held", "not held", "undetermined", "not judged"
@@ -126,3 +127,45 @@ def at_chance(end: dict, rules: PaperRules = PaperRules()) -> str:
         return NOT_JUDGED
     low, high = wilson(end["unseen_accuracy"], end["unseen_n"], rules.z)
     return within(low, high, CHANCE - rules.chance_band, CHANCE + rules.chance_band)
+
+
+# the three claims: which runs (size, method) each is judged on, and how it is put in the table
+CLAIMS = {
+    "PonderNet interpolates at 64 in about 3 steps": (64, "pondernet"),
+    "PonderNet extrapolates to 49–96 almost perfectly, with about twice the steps": (96, "pondernet"),
+    "ACT extrapolates at chance": (96, "act"),
+}
+
+
+def claim_table(runs, rules: PaperRules = PaperRules()):
+    """Each claim's verdict for every seed of :data:`SEEDS` and over them (:func:`over_seeds`), from the
+    shipped ``runs.csv`` (one row a run: ``size``, ``method``, ``seed``, ``updates``, and per range
+    ``seen_``/``unseen_`` ``accuracy``, ``n`` and ``steps``). A seed not shipped, or short of
+    :data:`UPDATES`, is not judged, and so is a claim with such a seed. Claim 2 reads PonderNet's mean
+    step at 64 over its seeds, and is not judged while one of them is."""
+    import pandas as pd
+
+    def end(size: int, method: str, seed: int) -> dict | None:
+        row = runs[(runs["size"] == size) & (runs["method"] == method) & (runs["seed"] == seed)]
+        return row.iloc[0].to_dict() if len(row) else None
+
+    interpolation = [end(64, "pondernet", seed) for seed in SEEDS]
+    finished = [e for e in interpolation if e is not None and e["updates"] >= UPDATES]
+    steps = sum(e["seen_steps"] for e in finished) / len(SEEDS) if len(finished) == len(SEEDS) else math.nan
+    judge = {
+        (64, "pondernet"): lambda e: interpolates(e, rules),
+        (96, "pondernet"): lambda e: extrapolates(e, steps, rules),
+        (96, "act"): lambda e: at_chance(e, rules),
+    }
+    rows = []
+    for name, (size, method) in CLAIMS.items():
+        ends = [end(size, method, seed) for seed in SEEDS]
+        verdicts = [NOT_JUDGED if e is None else judge[size, method](e) for e in ends]
+        rows.append(
+            {
+                "claim": name,
+                **{f"seed {s}": v for s, v in zip(SEEDS, verdicts)},
+                "verdict": over_seeds(verdicts),
+            }
+        )
+    return pd.DataFrame(rows).set_index("claim")

@@ -3,6 +3,7 @@ on each side of each threshold: a rule that drifts from its docstring fails here
 
 import math
 
+import pandas as pd
 import pytest
 
 from pondernet_tutorial.analysis import paper_claims as pc
@@ -63,3 +64,42 @@ def test_seeds_that_disagree_leave_a_claim_undetermined():
     assert pc.over_seeds([pc.HELD, pc.HELD]) == pc.HELD
     assert pc.over_seeds([pc.NOT_HELD, pc.NOT_HELD]) == pc.NOT_HELD
     assert pc.over_seeds([pc.HELD, pc.NOT_HELD]) == pc.UNDETERMINED
+
+
+def shipped(**changes) -> pd.DataFrame:
+    """A runs.csv of all eight runs finished: each claim held by both seeds, unless ``changes`` (keyed
+    ``"size_method_seed"``) alter a run's row, or drop it (``None``)."""
+    held = {
+        (64, "pondernet"): {"seen_accuracy": 0.99, "seen_steps": 3.0},
+        (64, "act"): {"seen_accuracy": 0.90, "seen_steps": 2.0},
+        (96, "pondernet"): {"seen_accuracy": 0.99, "unseen_accuracy": 0.98, "unseen_steps": 6.0},
+        (96, "act"): {"seen_accuracy": 0.99, "unseen_accuracy": 0.5, "unseen_steps": 1.0},
+    }
+    rows = []
+    for (size, method), values in held.items():
+        for seed in pc.SEEDS:
+            row = {"size": size, "method": method, "seed": seed, **end(**values)}
+            change = changes.get(f"{size}_{method}_{seed}", {})
+            if change is not None:
+                rows.append({**row, **change})
+    return pd.DataFrame(rows)
+
+
+def test_the_claim_table_judges_every_seed_and_the_claim_over_them():
+    table = pc.claim_table(shipped())
+    assert list(table.index) == list(pc.CLAIMS) and (table == pc.HELD).all().all()
+    table = pc.claim_table(shipped(**{"96_act_1": {"unseen_accuracy": 0.9}}))
+    assert table.loc["ACT extrapolates at chance"].tolist() == [pc.HELD, pc.NOT_HELD, pc.UNDETERMINED]
+
+
+def test_a_seed_not_shipped_or_unfinished_leaves_its_claim_not_judged():
+    table = pc.claim_table(shipped(**{"64_pondernet_1": None}))  # seed 1 at 64 not trained yet
+    assert table.loc["PonderNet interpolates at 64 in about 3 steps"].tolist() == [
+        pc.HELD,
+        pc.NOT_JUDGED,
+        pc.NOT_JUDGED,
+    ]
+    # claim 2 reads the mean step at 64 over both seeds: not judged while one is missing
+    assert (table.iloc[1] == pc.NOT_JUDGED).all() and table.iloc[2]["verdict"] == pc.HELD
+    table = pc.claim_table(shipped(**{"96_act_0": {"updates": pc.UPDATES - 1_000}}))
+    assert table.loc["ACT extrapolates at chance"].tolist() == [pc.NOT_JUDGED, pc.HELD, pc.NOT_JUDGED]
