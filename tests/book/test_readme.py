@@ -8,15 +8,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from pondernet_tutorial.analysis import paper_claims
 from pondernet_tutorial.analysis.notebook import load_json
 from pondernet_tutorial.analysis.verdicts import FIXED, FOLLOWS, Rules, config_label, judge, span
 from pondernet_tutorial.runs.config import PRETRAINED_DIR
 from pondernet_tutorial.runs.evaluation import COIN_DRAWS
+from pondernet_tutorial.runs.files import read_table
 from pondernet_tutorial.runs.registry import get_experiment
 from pondernet_tutorial.runs.studies import load_study
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 RULES = Rules()
+PAPER = paper_claims.PaperRules()
 # a number as the README prints it: 99.9%, 4.5, −0.22, 0.88–0.90, 500,000
 NUMBER = re.compile(r"(?<![\w.,])[−-]?\d+(?:,\d{3})*(?:\.\d+)?%?")
 
@@ -113,6 +116,17 @@ def expected_results() -> tuple[list[str], dict[str, bool]]:
     numbers += [pct(ends[("pondernet", s)]) for s in (0, 1)] + [pct(ends[("act", s)]) for s in (0, 1)]
     mark = 0.5 + RULES.learned
     numbers += ["1", f"{100 * mark:g}%", "96"]
+    size = read_table(PRETRAINED_DIR / "studies" / paper_claims.STUDY / "runs.csv")
+    bands = [paper_claims.wilson(r["seen_accuracy"], r["seen_n"]) for _, r in size.iterrows()]
+    holds["paper's sizes: the first seeds answer their training range at chance, the second train"] = (
+        set(size["seed"]) == {0}
+        and set(zip(size["size"], size["method"])) == {(n, m) for n in (64, 96) for m in ("pondernet", "act")}
+        and all(
+            paper_claims.within(low, high, 0.5 - PAPER.chance_band, 0.5 + PAPER.chance_band)
+            == paper_claims.HELD
+            for low, high in bands
+        )
+    )
     holds["paper: ACT's seed 1 is the best continued run, the only one above the mark"] = (
         ends.idxmax() == ("act", 1) and (ends > mark).sum() == 1
     )
