@@ -5,7 +5,8 @@ A halting method unrolls a step function ``(x, h_n) -> (ŷ_n, z_n, h_{n+1})`` an
 each input at its own step.
 
 * :mod:`.base`: ``HaltingMethod``, whose ``forward`` is the full unroll, and ``Unroll``, what it returns;
-* :mod:`.pondernet`: PonderNet (sampled halting, KL to a geometric prior), every equation in one file;
+* :mod:`.pondernet`: PonderNet (sampled halting, KL to a geometric or a uniform prior), every equation in
+  one file;
 * :mod:`.act`: Adaptive Computation Time (cumulative halting, ponder cost);
 * :mod:`.fixed`: the fixed-step baseline (always ``k`` steps);
 * :mod:`.trm`: TRM's halting head (one logit, trained towards "this step's answer is right");
