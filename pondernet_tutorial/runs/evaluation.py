@@ -13,6 +13,12 @@ The tasks with a difficulty per sample (parity's and pointer chasing's ``k``) ge
 ``halting.csv`` (:func:`halting_table`): per test set, Spearman's ``ρ(k, n)`` of the difficulty and
 the halting step, over :data:`COIN_DRAWS` fresh draws of the halting coins where halting is sampled.
 The book's rules judge it (:mod:`pondernet_tutorial.analysis.verdicts`).
+
+The heads whose halting logit is trained towards "this step's answer is right" (TRM's and HRM's,
+:data:`DECISION_HEADS`) get ``decisions.csv`` (:func:`decision_table`): per group and step, how often
+that logit said what the step's answer was, the pairs (sample, step ``n ≤ T(x)``) that
+:func:`~pondernet_tutorial.analysis.heads.decisions_right` counts, from the forward pass that makes
+``per_sample.csv``.
 """
 
 from __future__ import annotations
@@ -39,6 +45,11 @@ HALTING_FORMAT = "pondernet_tutorial/halting-v1"
 DIFFICULTY = "k"  # the per-sample difficulty of the tasks that have one (parity, pointer chasing)
 COIN_DRAWS = 20  # fresh halting-coin draws behind the coin interval of a sampled halting step
 COVERAGE = 0.95  # the share of the coin draws inside a seed's coin interval (the central 95%)
+# the methods whose halting logit q_n is trained towards c_n = 1[argmax ŷ_n = y] (TRM's, HRM's halt
+# logit): their evaluation also writes DECISIONS, how often q_n > 0 says what c_n is
+DECISION_HEADS = ("trm", "hrm")
+DECISIONS = "decisions.csv"
+DECISION_COUNTS = ("pairs", "right", "positive", "correct")
 
 
 def spearman(a: pd.Series, b: pd.Series) -> float:
@@ -56,6 +67,46 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
+def halt_logits(model, out) -> torch.Tensor:
+    """``(S, B)``: the halt logit ``q_n`` of every step of a full unroll of a correctness head: TRM's
+    halting logit, HRM's ``q^halt_n`` (its rows past the unroll's ``S`` steps left out). Raises a
+    ``ValueError`` for the other methods, whose halting logit is not trained towards ``c_n``."""
+    from ..methods.hrm import HALT, HRMHalting
+    from ..methods.trm import TRMHalting
+
+    steps = out.logits.shape[0]
+    if isinstance(model, TRMHalting):
+        return out.halting_logits[:steps]
+    if isinstance(model, HRMHalting):
+        return out.halting_logits[:steps, :, HALT]
+    raise ValueError(
+        f"{type(model).__name__} has no halting logit trained towards the answer's correctness: "
+        f"halting decisions are scored for {', '.join(DECISION_HEADS)} only."
+    )
+
+
+def decision_pairs(q: torch.Tensor, logits: torch.Tensor, y: torch.Tensor, halt_step: torch.Tensor) -> dict:
+    """The pairs (sample, step ``n ≤ T(x)``) of one batch, as columns: ``sample`` (its row in the
+    batch), ``step``, ``halt_logit`` (``q_n``), ``correct`` (``c_n = 1[argmax ŷ_n = y]``) and
+    ``halt_step`` (``T(x)``).
+
+    Args:
+        q: ``(S, B)`` halt logits (:func:`halt_logits`); ``logits``: ``(S, B, C)`` every step's answer;
+            ``y``: ``(B,)`` labels; ``halt_step``: ``(B,)`` the step inference halts at.
+    """
+    steps = torch.arange(1, q.shape[0] + 1, device=q.device)[:, None].expand_as(q)
+    taken = (steps <= halt_step[None]).T  # (B, S): sample by sample, step by step
+    sample = torch.arange(q.shape[1], device=q.device)[:, None].expand_as(taken)
+    correct = (logits.argmax(-1) == y).T
+    return {
+        "sample": sample[taken],
+        "step": steps.T[taken],
+        "halt_logit": q.T.float()[taken],
+        "correct": correct[taken].to(torch.int8),
+        "halt_step": halt_step[:, None].expand_as(taken)[taken],
+    }
+
+
 @torch.no_grad()
 def evaluate_set(
     module, eval_set: EvalSet, seed: int = 0, batch_size: int = 2000
@@ -71,12 +122,24 @@ def evaluate_set(
         expected_steps, entropy, loss, tv_prior`` and the set's per-sample columns), and the accuracy
         of the step-``n`` prediction for every ``n`` (methods that unroll every step only).
     """
+    per_sample, per_step, _ = evaluate_set_decisions(module, eval_set, seed, batch_size, decisions=False)
+    return per_sample, per_step
+
+
+@torch.no_grad()
+def evaluate_set_decisions(
+    module, eval_set: EvalSet, seed: int = 0, batch_size: int = 2000, decisions: bool = True
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
+    """:func:`evaluate_set`, and from the same forward pass the halting decisions of a correctness
+    head (:func:`halt_logits`; ``decisions``): one row per sample and step ``n ≤ T(x)``, with ``set``,
+    ``index``, ``step``, ``halt_logit``, ``correct``, ``halt_step`` and the set's columns and
+    per-sample columns (:func:`decision_pairs`); None with ``decisions=False``."""
     model = module.model if hasattr(module, "model") else module
     model.eval()
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
     prior = model.halting_prior(model.eval_steps)
-    frames, correct_by_step = [], []
+    frames, correct_by_step, pair_frames = [], [], []
     for start in range(0, len(eval_set.labels), batch_size):
         x = eval_set.inputs[start : start + batch_size].to(device)
         y = eval_set.labels[start : start + batch_size].to(device)
@@ -100,6 +163,14 @@ def evaluate_set(
         for name, values in eval_set.per_sample.items():
             columns[name] = values[start : start + batch_size]
         frames.append(pd.DataFrame({k: v.cpu().numpy() for k, v in columns.items()}))
+        if decisions:  # the same unroll's halt logits and answers, the same halting steps
+            pairs = decision_pairs(halt_logits(model, out), out.logits, y, halt_step)
+            sample = pairs.pop("sample")
+            rows = {"index": sample + start, **pairs}
+            rows = {k: v.cpu() for k, v in rows.items()}
+            for name, values in eval_set.per_sample.items():  # the sample's facts (parity's k)
+                rows[name] = values[start : start + batch_size][rows["index"] - start]
+            pair_frames.append(pd.DataFrame({k: v.numpy() for k, v in rows.items()}))
         if model.step_answers:
             correct_by_step.append((out.logits.argmax(-1) == y).float().sum(1).cpu())  # (S,)
     per_sample = pd.concat(frames, ignore_index=True)
@@ -112,13 +183,63 @@ def evaluate_set(
         per_step = pd.DataFrame(
             {"set": eval_set.name, "step": range(1, len(accuracy) + 1), "accuracy": accuracy.numpy()}
         )
-    return per_sample, per_step
+    if not decisions:
+        return per_sample, per_step, None
+    pairs = pd.concat(pair_frames, ignore_index=True)
+    for name, value in eval_set.columns.items():
+        pairs.insert(0, name, value)
+    pairs.insert(0, "set", eval_set.name)
+    return per_sample, per_step, pairs
+
+
+def decision_table(pairs: pd.DataFrame, by: tuple[str, ...] = ("set",)) -> pd.DataFrame:
+    """What ``decisions.csv`` keeps of the pairs (sample, step ``n ≤ T(x)``): per group of ``by`` and
+    step, the counts ``pairs``, ``right`` (``[q_n > 0] == c_n``, by
+    :func:`~pondernet_tutorial.analysis.heads.decisions_right`), ``positive`` (``q_n > 0``) and
+    ``correct`` (``c_n = 1``).
+
+    Counts, not the pairs themselves: a run on the paper's parity has up to 16,000 samples × 100 steps,
+    1.6 million pairs, about 7 MB gzipped (measured), against a few kB here. Sums of counts give
+    :func:`~pondernet_tutorial.analysis.heads.decisions_right` exactly for every coarser grouping
+    (:func:`pooled_decisions`); what is lost is the single sample and the value of ``q_n``.
+    """
+    from ..analysis.heads import decisions_right
+
+    keys = [*by, "step"]
+    table = decisions_right(pairs, by=keys)
+    table["right"] = (table["right"] * table["pairs"]).round().astype(int)  # a share of pairs: a count
+    grouped = pairs.assign(positive=pairs["halt_logit"] > 0).groupby(keys, sort=False)
+    counts = grouped.agg(positive=("positive", "sum"), correct=("correct", "sum")).reset_index()
+    table = table.merge(counts, on=keys, how="left", validate="one_to_one")
+    sets = {name: i for i, name in enumerate(pairs["set"].unique())}  # the sets in evaluation's order
+    order = table.sort_values(keys, key=lambda c: c.map(sets) if c.name == "set" else c, ignore_index=True)
+    return order[[*keys, *DECISION_COUNTS]]
+
+
+def pooled_decisions(table: pd.DataFrame, by: tuple[str, ...] = ("set",)) -> pd.DataFrame:
+    """``decisions.csv`` summed over the other columns: per group of ``by``, the counts and ``right``
+    as :func:`~pondernet_tutorial.analysis.heads.decisions_right` gives it on the same pairs (the
+    share of the pairs), with ``positive`` and ``correct`` as shares too."""
+    by = list(by)
+    sums = table.groupby(by, sort=False)[list(DECISION_COUNTS)].sum().reset_index()
+    for name in ("right", "positive", "correct"):
+        sums[name] = sums[name] / sums["pairs"]
+    return sums
 
 
 def evaluate(module, eval_sets: list[EvalSet], seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`evaluate_set` on every set; the coins of each set start from ``seed``."""
-    per_sample, per_step = zip(*(evaluate_set(module, s, seed) for s in eval_sets))
-    return pd.concat(per_sample, ignore_index=True), pd.concat(per_step, ignore_index=True)
+    per_sample, per_step, _ = evaluate_decisions(module, eval_sets, seed, decisions=False)
+    return per_sample, per_step
+
+
+def evaluate_decisions(module, eval_sets: list[EvalSet], seed: int = 0, decisions: bool = True):
+    """:func:`evaluate_set_decisions` on every set: ``(per_sample, per_step, pairs)``, ``pairs`` None
+    with ``decisions=False``."""
+    tables = [evaluate_set_decisions(module, s, seed, decisions=decisions) for s in eval_sets]
+    per_sample, per_step, pairs = zip(*tables)
+    pairs = pd.concat(pairs, ignore_index=True) if decisions else None
+    return pd.concat(per_sample, ignore_index=True), pd.concat(per_step, ignore_index=True), pairs
 
 
 def summarize(per_sample: pd.DataFrame, by: tuple[str, ...] = ("set",)) -> pd.DataFrame:
@@ -214,13 +335,19 @@ def _datamodule_and_record(config: TrainConfig, limit: int | None, seed: int, sw
     return datamodule, evaluation_record(config, limit, seed, datamodule.test_set_names)
 
 
+def run_tables(config: TrainConfig) -> tuple[str, ...]:
+    """The tables a run's evaluation writes besides ``per_sample.csv.gz``: :data:`RUN_TABLES`, and
+    :data:`DECISIONS` for the correctness heads (:data:`DECISION_HEADS`)."""
+    return (*RUN_TABLES, DECISIONS) if config.method in DECISION_HEADS else RUN_TABLES
+
+
 def tables_up_to_date(
     config: TrainConfig, limit: int | None = None, seed: int = 0, sweep: str | None = None
 ) -> bool:
     """True if the run's folder holds evaluation tables made for exactly this request."""
     run_dir = config.run_dir
     saved_path = run_dir / "evaluation.json"
-    if not saved_path.is_file() or not all((run_dir / t).is_file() for t in RUN_TABLES):
+    if not saved_path.is_file() or not all((run_dir / t).is_file() for t in run_tables(config)):
         return False
     saved = read_json(saved_path)
     if saved is None:  # damaged: the tables are made again
@@ -240,7 +367,8 @@ def evaluate_run(
     """Evaluate a trained run and write its tables into its folder.
 
     Writes ``summary.csv`` (per group of :attr:`Experiment.group_by`), ``per_step.csv``,
-    ``per_class.csv``, ``per_sample.csv.gz`` and ``evaluation.json`` (what they depend on: the run's
+    ``per_class.csv``, ``per_sample.csv.gz``, for TRM and HRM ``decisions.csv`` (per group and step,
+    :func:`decision_table`) and ``evaluation.json`` (what they depend on: the run's
     identity, the test-set limit, the seed and the sets), each whole, ``evaluation.json`` last. Existing
     tables are reused only when their ``evaluation.json`` equals the requested one. The model is
     loaded from ``model.safetensors`` (unless given), which must be the configuration's.
@@ -260,7 +388,10 @@ def evaluate_run(
             return load_run_tables(run_dir)
         datamodule, record = _datamodule_and_record(config, limit, seed, sweep)
         module = module if module is not None else load_model(run_dir / WEIGHTS, config=config)
-        per_sample, per_step = evaluate(module, datamodule.evaluation_sets(), seed)
+        decisions = config.method in DECISION_HEADS
+        per_sample, per_step, pairs = evaluate_decisions(
+            module, datamodule.evaluation_sets(), seed, decisions
+        )
         tables = {
             "summary": summarize(per_sample, experiment.group_by),
             "per_step": per_step,
@@ -269,8 +400,11 @@ def evaluate_run(
         }
         # evaluation.json, written last, vouches for the tables: gone while they are replaced
         (run_dir / "evaluation.json").unlink(missing_ok=True)
+        (run_dir / DECISIONS).unlink(missing_ok=True)  # not left from another method's evaluation
         for name in ("summary", "per_step", "per_class"):
             write_csv(run_dir / f"{name}.csv", tables[name], index=False, float_format="%.6g")
+        if decisions:
+            write_csv(run_dir / DECISIONS, decision_table(pairs, experiment.group_by), index=False)
         write_csv(
             run_dir / "per_sample.csv.gz", per_sample_for_file(per_sample), index=False, float_format="%.4g"
         )
