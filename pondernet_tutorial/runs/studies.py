@@ -13,7 +13,8 @@ Layout of a results folder (the shipped one is ``pondernet_tutorial/pretrained``
 
     <experiment>/<variant>/seed<k>/   model.safetensors, history.csv, metadata.json, evaluation.json,
                                       summary.csv, per_step.csv, per_class.csv, per_sample.csv.gz,
-                                      halting.csv, halting.json (tasks with a difficulty k)
+                                      halting.csv, halting.json (tasks with a difficulty k),
+                                      decisions.csv (TRM's and HRM's heads: their halting decisions)
     studies/<study>/                  runs.csv, summary.csv, per_step.csv, per_class.csv, halting.csv,
                                       study.json
 
