@@ -194,7 +194,7 @@ def evaluate_set_decisions(
 
 def decision_table(pairs: pd.DataFrame, by: tuple[str, ...] = ("set",)) -> pd.DataFrame:
     """What ``decisions.csv`` keeps of the pairs (sample, step ``n ≤ T(x)``): per group of ``by`` and
-    step, the counts ``pairs``, ``right`` (``[q_n > 0] == c_n``, by
+    step, the counts ``pairs``, ``right`` (``[q_n > 0] == c_n``, whose share over the pairs is
     :func:`~pondernet_tutorial.analysis.heads.decisions_right`), ``positive`` (``q_n > 0``) and
     ``correct`` (``c_n = 1``).
 
@@ -203,14 +203,19 @@ def decision_table(pairs: pd.DataFrame, by: tuple[str, ...] = ("set",)) -> pd.Da
     :func:`~pondernet_tutorial.analysis.heads.decisions_right` exactly for every coarser grouping
     (:func:`pooled_decisions`); what is lost is the single sample and the value of ``q_n``.
     """
-    from ..analysis.heads import decisions_right
-
     keys = [*by, "step"]
-    table = decisions_right(pairs, by=keys)
-    table["right"] = (table["right"] * table["pairs"]).round().astype(int)  # a share of pairs: a count
-    grouped = pairs.assign(positive=pairs["halt_logit"] > 0).groupby(keys, sort=False)
-    counts = grouped.agg(positive=("positive", "sum"), correct=("correct", "sum")).reset_index()
-    table = table.merge(counts, on=keys, how="left", validate="one_to_one")
+    counted = pairs[pairs["step"] <= pairs["halt_step"]]
+    positive = counted["halt_logit"] > 0  # the head's own halting test, σ(q_n) > 1/2
+    # right: [q_n > 0] == c_n, the agreement that analysis/heads.decisions_right takes the share of
+    # (runs/ imports nothing of analysis/; tests/runs/test_halting_decisions.py holds the two equal)
+    frame = counted[keys].assign(
+        pairs=1,
+        right=positive == counted["correct"].astype(bool),
+        positive=positive,
+        correct=counted["correct"],
+    )
+    table = frame.groupby(keys, sort=False)[list(DECISION_COUNTS)].sum().reset_index()
+    table[list(DECISION_COUNTS)] = table[list(DECISION_COUNTS)].astype(int)
     sets = {name: i for i, name in enumerate(pairs["set"].unique())}  # the sets in evaluation's order
     order = table.sort_values(keys, key=lambda c: c.map(sets) if c.name == "set" else c, ignore_index=True)
     return order[[*keys, *DECISION_COUNTS]]
