@@ -121,12 +121,18 @@ def extrapolates(end: dict, interpolation_steps: float, rules: PaperRules = Pape
     return both(accuracy, HELD if rules.ratio[0] <= ratio <= rules.ratio[1] else NOT_HELD)
 
 
+def chance_verdict(share: float, n: int, rules: PaperRules = PaperRules()) -> str:
+    """*At chance*: :data:`HELD` when the 95% interval of ``share`` over ``n`` vectors lies within
+    ``rules.chance_band`` of 50%, :data:`NOT_HELD` when it lies wholly outside, else undetermined."""
+    low, high = wilson(share, n, rules.z)
+    return within(low, high, CHANCE - rules.chance_band, CHANCE + rules.chance_band)
+
+
 def at_chance(end: dict, rules: PaperRules = PaperRules()) -> str:
     """Claim 3 for one ACT seed at 96 elements: its unseen-range accuracy is at chance."""
     if end["updates"] < UPDATES:
         return NOT_JUDGED
-    low, high = wilson(end["unseen_accuracy"], end["unseen_n"], rules.z)
-    return within(low, high, CHANCE - rules.chance_band, CHANCE + rules.chance_band)
+    return chance_verdict(end["unseen_accuracy"], end["unseen_n"], rules)
 
 
 # the three claims: which runs (size, method) each is judged on, and how it is put in the table

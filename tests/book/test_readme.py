@@ -117,14 +117,12 @@ def expected_results() -> tuple[list[str], dict[str, bool]]:
     mark = 0.5 + RULES.learned
     numbers += ["1", f"{100 * mark:g}%", "96"]
     size = read_table(PRETRAINED_DIR / "studies" / paper_claims.STUDY / "runs.csv")
-    bands = [paper_claims.wilson(r["seen_accuracy"], r["seen_n"]) for _, r in size.iterrows()]
     holds["paper's sizes: the first seeds answer their training range at chance, the second train"] = (
         set(size["seed"]) == {0}
         and set(zip(size["size"], size["method"])) == {(n, m) for n in (64, 96) for m in ("pondernet", "act")}
         and all(
-            paper_claims.within(low, high, 0.5 - PAPER.chance_band, 0.5 + PAPER.chance_band)
-            == paper_claims.HELD
-            for low, high in bands
+            paper_claims.chance_verdict(r["seen_accuracy"], r["seen_n"], PAPER) == paper_claims.HELD
+            for _, r in size.iterrows()
         )
     )
     holds["paper: ACT's seed 1 is the best continued run, the only one above the mark"] = (
