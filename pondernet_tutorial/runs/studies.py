@@ -303,7 +303,8 @@ def run_one(
 
     The run's folder is locked meanwhile (:func:`~pondernet_tutorial.runs.files.folder_lock`): if another
     process holds it, this one waits for it (``wait``), or returns at once with ``done="busy"``. A
-    damaged run (its metadata does not parse or its ``model.safetensors`` does not load) is trained again.
+    damaged run (:func:`~.resume.completed_run`: its metadata does not parse, or its ``model.safetensors`` is
+    not a whole model file of the recorded hyperparameters) is trained again.
     """
     import torch
 

@@ -6,8 +6,9 @@ row per epoch, from Lightning's csv logger in ``logs/``), ``metadata.json`` (the
 versions; no path of the machine) and, last, ``model.safetensors`` (weights only, the epoch with the best
 validation accuracy, picked by Lightning's ``ModelCheckpoint``). Each file is written whole, and one
 process at a time trains into a folder (:mod:`~pondernet_tutorial.runs.files`). A run counts as finished
-only when its metadata parses and its ``model.safetensors`` loads (:func:`~.resume.completed_run`): one that failed or
-was killed is simply trained again.
+only when its metadata parses and its ``model.safetensors`` is a whole model file of the hyperparameters
+that the metadata records (:func:`~.resume.completed_run`): one that failed or was killed is simply
+trained again.
 """
 
 from __future__ import annotations
@@ -189,8 +190,7 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
     """Train one run and write ``history.csv``, ``metadata.json`` and ``model.safetensors`` to its folder.
 
     Every argument is checked (configuration, logger, data module, module, trainer) before the folder
-    is made. A finished run (its metadata parses and its ``model.safetensors`` loads) is replaced only with
-    ``overwrite``. An unfinished run of the same configuration on a generated task continues from its
+    is made. A finished run (:func:`~.resume.completed_run`) is replaced only with ``overwrite``. An unfinished run of the same configuration on a generated task continues from its
     last epoch (:func:`resumable`), and ends as the same run trained in one go would; any other
     unfinished or damaged one is trained again (a damaged one with a warning). One
     process at a time trains into a folder (:func:`~pondernet_tutorial.runs.files.folder_lock`): another
