@@ -11,7 +11,7 @@ appends the scores to ``curve.csv``; the scores never select weights: a run ends
     python tools/paper_size.py OUT --runs 64:pondernet:0 64:act:0     # train (or continue) these runs
     python tools/paper_size.py OUT --cost 64:pondernet:0              # seconds per 10,000 updates
     python tools/paper_size.py OUT --quick                            # tests only: 2 epochs of 4 batches
-    python tools/paper_size.py OUT --ship                             # the runs so far into the study
+    python tools/paper_size.py OUT --ship [--runs ...]                # the runs so far into the study
     python tools/paper_size.py OUT --rescore                          # the shipped weights on fresh vectors
 
 Resumable across sittings: ``checkpoints/last.ckpt`` is written after every 1,000 updates with the
@@ -243,16 +243,19 @@ def last_weights(spec: str, folder: Path):
     return module, int(checkpoint["global_step"]), clock
 
 
-def ship(out: Path, destination: Path) -> pd.DataFrame:
-    """Every run trained so far into ``destination`` (the shipped study): ``curves.csv`` (every point of
+def ship(out: Path, destination: Path, runs: tuple[str, ...] = RUNS) -> pd.DataFrame:
+    """Each of ``runs`` trained so far into ``destination`` (the shipped study): ``curves.csv`` (every point of
     every run), ``runs.csv`` (one row a run: the updates it reached, finished or not, its measured wall
     time and sittings, the score of its last weights with 95% Wilson intervals: the curve's last point,
     or for an unfinished run that kept weights past it, those weights scored now) and each run's last weights
     (``weights/<size>-<method>-seed<k>.safetensors``). An unfinished run ships what it reached, marked
-    so, and stays resumable in ``out``."""
+    so, and stays resumable in ``out``; a run left out of ``runs`` (one that has only just started) is
+    not shipped."""
     curves, rows = [], []
     (destination / "weights").mkdir(parents=True, exist_ok=True)
     for spec in RUNS:
+        if spec not in runs:
+            continue
         n, method, seed = parse_run(spec)
         folder = out / f"{n}-{method}-seed{seed}"
         if not (folder / "curve.csv").is_file():
@@ -374,7 +377,7 @@ def main(argv=None) -> int:
     for run in args.runs:
         parse_run(run)
     if args.ship:
-        ship(args.out, args.ship)
+        ship(args.out, args.ship, tuple(args.runs))
         return 0
     if args.rescore:
         return 0 if rescore(args.rescore)["agrees"].all() else 1

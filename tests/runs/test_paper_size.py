@@ -102,6 +102,10 @@ def test_ship_writes_each_runs_last_weights_and_marks_an_unfinished_run(tmp_path
     ).all()
     curves = pd.read_csv(study / "curves.csv")
     assert len(curves) == 4 and set(curves["size"]) == {64, 96}
+    only = tmp_path / "only"  # --runs picks the runs shipped: one that has only just started stays out
+    paper_size.main([str(out), "--ship", str(only), "--runs", "64:pondernet:1"])
+    assert list(pd.read_csv(only / "runs.csv")["method"]) == ["pondernet"]
+    assert [path.name for path in (only / "weights").iterdir()] == ["64-pondernet-seed1.safetensors"]
     # the shipped weights are the ones the curve's last point scored: re-scored, the same numbers
     for spec, folder in (("64:pondernet:1", "64-pondernet-seed1"), ("96:act:0", "96-act-seed0")):
         n, method, seed = paper_size.parse_run(spec)
