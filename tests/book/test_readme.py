@@ -117,12 +117,18 @@ def expected_results() -> tuple[list[str], dict[str, bool]]:
     mark = 0.5 + RULES.learned
     numbers += ["1", f"{100 * mark:g}%", "96"]
     size = read_table(PRETRAINED_DIR / "studies" / paper_claims.STUDY / "runs.csv")
-    holds["paper's sizes: the first seeds answer their training range at chance, the second train"] = (
+    numbers += [f"{paper_claims.UPDATES:,}", "96"]
+    holds["paper's sizes: the first seeds, finished, at chance on both ranges; the second train"] = (
         set(size["seed"]) == {0}
         and set(zip(size["size"], size["method"])) == {(n, m) for n in (64, 96) for m in ("pondernet", "act")}
+        and (size["updates"] == paper_claims.UPDATES).all()
         and all(
             paper_claims.chance_verdict(r["seen_accuracy"], r["seen_n"], PAPER) == paper_claims.HELD
             for _, r in size.iterrows()
+        )
+        and all(
+            paper_claims.chance_verdict(r["unseen_accuracy"], r["unseen_n"], PAPER) == paper_claims.HELD
+            for _, r in size[size["size"] == 96].iterrows()
         )
     )
     holds["paper: ACT's seed 1 is the best continued run, the only one above the mark"] = (
