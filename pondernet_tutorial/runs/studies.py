@@ -147,11 +147,11 @@ POINTER_NO_EXIT_METHODS = (
 # Issue 42: the halting heads side by side on one step function per task, judged by rules committed
 # before any run (analysis/heads.py). Every head of a task trains on the task's own budget, its
 # experiment's defaults, so that no head is compared with a longer-trained one.
-HEADS_TASKS = (
-    {"experiment": POINTER},  # with the exit bit, as the pointer study runs it
-    {"experiment": POINTER, **NO_EXIT},
-    {"experiment": "parity-paper16-interpolation"},
-)
+HEADS_TASKS = {  # one study per task, halting-heads-<name>: (the task in words, its runs' fields)
+    "pointer": ("pointer chasing", {"experiment": POINTER}),  # with the exit bit, as chapter 11 runs it
+    "noexit": ("pointer chasing without the exit bit", {"experiment": POINTER, **NO_EXIT}),
+    "parity": ("the paper's parity on 16 elements", {"experiment": "parity-paper16-interpolation"}),
+}
 HEADS = (
     {"method": "pondernet"},  # the experiment's λ_p
     {"method": "pondernet", "prior": "uniform"},  # LoopLM/Ouro's prior
@@ -266,19 +266,21 @@ STUDIES: dict[str, Study] = {
                 {"experiment": POINTER, **NO_EXIT, **POINTER_NO_EXIT_METHODS[i]} for i in (0, 3)
             ),
         ),
-        Study(
-            "halting-heads",
-            "the halting heads of 2016 to 2025 on one step function per task: PonderNet (geometric and "
-            f"uniform prior), ACT (bias +1 and {ACT_BIAS:+g}), TRM's and HRM's heads, a fixed depth and the frozen "
-            "control, on pointer chasing with and without the exit bit and the paper's parity on 16 "
-            "elements; each task's own budget for every head",
-            tuple(run for task in HEADS_TASKS for run in heads_runs(task)),
-            ship="all",
-            # CI's quick runs: every head once on pointer chasing, TRM's and HRM's also on parity
-            quick_runs=(
-                *heads_runs(HEADS_TASKS[0]),
-                *(run for run in heads_runs(HEADS_TASKS[2]) if run["method"] in ("trm", "hrm")),
-            ),
+        # one study per task, so that a task's tables land as soon as its runs are trained
+        *(
+            Study(
+                f"halting-heads-{name}",
+                f"the halting heads of 2016 to 2025 on {what}: PonderNet (geometric and uniform prior), "
+                f"ACT (bias +1 and {ACT_BIAS:+g}), TRM's and HRM's heads, a fixed depth at the task's step "
+                "limit and the frozen control, on one step function and the task's own budget",
+                heads_runs(task),
+                ship="all",
+                # CI's quick runs: every head on pointer chasing, TRM's and HRM's on the other tasks
+                quick_runs=None
+                if name == "pointer"
+                else tuple(run for run in heads_runs(task) if run["method"] in ("trm", "hrm")),
+            )
+            for name, (what, task) in HEADS_TASKS.items()
         ),
     ]
 }
