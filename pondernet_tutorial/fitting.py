@@ -73,7 +73,7 @@ def fit(
     Args:
         max_epochs: the most epochs to train, 1 to :data:`MAX_EPOCHS`.
         select_by: the logged metric that picks the best epoch (``val/acc``; a name ending in ``loss``
-            is minimised).
+            is minimised; ``epoch``, which Lightning's checkpoint callback also ranks by, keeps the last).
         patience: stop after this many epochs without a better validation accuracy (0: never).
         stop_at_val_acc: stop once the validation accuracy reaches this value.
         best: the checkpoint callback that keeps the best epoch (default: a

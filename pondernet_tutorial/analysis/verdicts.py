@@ -57,12 +57,13 @@ def config_label(config: dict) -> tuple[str, str]:
 
     Examples: ``PonderNet λ_p=0.5``; ``PonderNet uniform prior`` (λ_p unused); ``control (halting
     frozen at λ_p=0.1)`` (PonderNet whose ``λ_n`` stay at ``λ_p``); ``ACT τ=0.002 (bias +1)`` (the bias
-    only where one was set); ``TRM's head``; ``HRM's head``; ``one step`` (a step function run once);
+    only where one was set); ``TRM's head``; ``HRM's head``; ``HRM's head (last epoch)`` (the last epoch's weights kept); ``one step`` (a step function run once);
     ``plain CNN`` (MNIST's one-step baseline); ``fixed 10 steps (run for 20)``.
     """
     method = config["method"]
     if method in ("trm", "hrm"):
-        return f"{method.upper()}'s head", method
+        last = " (last epoch)" if config.get("select_by") == "epoch" else ""  # the weights a run kept
+        return f"{method.upper()}'s head{last}", method
     if method == "fixed":
         steps = config.get("eval_max_steps") or config["max_steps"]
         if config.get("step") == "mnist_cnn":

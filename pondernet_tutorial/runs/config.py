@@ -231,9 +231,10 @@ class TrainConfig:
     select_by: str = setting(
         str,
         "val/acc",
-        "the epoch whose weights a run keeps: the best val/acc (the first of equals), or the lowest val/loss "
-        "(where accuracy saturates before halting settles)",
-        choices=("val/acc", "val/loss"),
+        "the epoch whose weights a run keeps: the best val/acc (the first of equals), the lowest val/loss "
+        "(where accuracy saturates before halting settles), or the last (epoch: a rule that reads no "
+        "metric, for heads whose loss is not comparable across epochs)",
+        choices=("val/acc", "val/loss", "epoch"),
     )
     precision: str = setting(str, "32-true", "Lightning precision", choices=PRECISIONS, reproduce=True)
     train_subset: int | None = setting(

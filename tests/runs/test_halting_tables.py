@@ -172,6 +172,8 @@ def test_one_label_per_configuration():
     assert config_label(uniform) == ("PonderNet uniform prior", "pondernet")
     assert config_label({"method": "trm", "max_steps": 20}) == ("TRM's head", "trm")
     assert config_label({"method": "hrm", "max_steps": 20}) == ("HRM's head", "hrm")
+    last = {"method": "hrm", "max_steps": 20, "select_by": "epoch"}  # its last epoch's weights kept
+    assert config_label(last) == ("HRM's head (last epoch)", "hrm")
     # on the tasks with a difficulty, the label tells every configuration of a study apart, and the seeds
     # of one configuration share it
     for name in K_STUDIES:

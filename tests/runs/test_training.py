@@ -71,6 +71,18 @@ def test_the_best_epochs_weights_are_saved(tmp_path):
     assert accuracy == pytest.approx(history.loc[best, "val/acc"], abs=1e-6)
 
 
+def test_select_by_epoch_keeps_the_last_epochs_weights(tmp_path):
+    config = tiny(
+        tmp_path, epochs=5, lr=0.05, seed=1, select_by="epoch"
+    )  # the run above: its best is not last
+    module, metadata = train(config)
+    history = pd.read_csv(config.run_dir / "history.csv")
+    assert int(history["val/acc"].idxmax()) != len(history) - 1
+    assert metadata["best_epoch"] == len(history) - 1 == 4
+    assert metadata["best_val_acc"] == pytest.approx(history["val/acc"].iloc[-1])
+    assert "select_by=epoch" in config.variant  # not the default: named in the folder
+
+
 def test_a_run_folder_holds_its_record(tmp_path):
     config = tiny(tmp_path)
     train(config)
