@@ -9,13 +9,14 @@ import pandas as pd
 import pytest
 
 from pondernet_tutorial.analysis import paper_claims
+from pondernet_tutorial.analysis.heads import at_limit
 from pondernet_tutorial.analysis.notebook import load_json
 from pondernet_tutorial.analysis.verdicts import FIXED, FOLLOWS, Rules, config_label, judge, span
 from pondernet_tutorial.runs.config import PRETRAINED_DIR
 from pondernet_tutorial.runs.evaluation import COIN_DRAWS
 from pondernet_tutorial.runs.files import read_table
 from pondernet_tutorial.runs.registry import get_experiment
-from pondernet_tutorial.runs.studies import load_study
+from pondernet_tutorial.runs.studies import HEADS_TASKS, POINTER, load_study
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 RULES = Rules()
@@ -149,7 +150,29 @@ def expected_results() -> tuple[list[str], dict[str, bool]]:
     holds["pointer: both follow the walk, ACT more closely"] = (
         reference["verdict"] == FOLLOWS == act["verdict"] and act["rho_low"] > reference["rho_high"]
     )
-    numbers.append("13")  # the halting heads' chapter: its rules, no results yet
+    # the halting heads on pointer chasing (the first task in): the design's runs and HRM's last epoch
+    numbers.append("13")
+    heads = {s: judge(per_run("halting-heads-pointer", POINTER, s), 1 / 32)[0] for s in ("test", "beyond")}
+    trm = per_run("halting-heads-pointer", POINTER, "beyond").query("family == 'trm'")
+    per_step = load_study("halting-heads-pointer", PRETRAINED_DIR)["per_step"]
+    trm_steps = per_step[per_step["method"] == "trm"].sort_values("seed")
+    limit = [at_limit(steps, int(steps["step"].max()))["beyond"] for _, steps in trm_steps.groupby("seed")]
+    numbers += [pct(a) for a in trm["accuracy"]] + [pct(a) for a in limit] + [str(trm_steps["step"].max())]
+    test, beyond = heads["test"], heads["beyond"]
+    adaptive = test[test["family"].isin(["pondernet", "act"])]
+    holds[
+        "heads: PonderNet and ACT solve the trained walks, TRM halts too early, HRM only at its last epoch"
+    ] = (
+        (adaptive["solves"] == True).all()  # noqa: E712 (None is not True)
+        and beyond.loc["TRM's head", "solves"] is False
+        and beyond.loc["TRM's head", "steps"] < get_experiment(POINTER).data_options["beyond_k"][0]
+        and test.loc["HRM's head", "solves"] is False
+        and test.loc["HRM's head (last epoch)", "solves"] is True
+    )
+    studies = [f"halting-heads-{task}" for task in HEADS_TASKS]
+    holds["heads: the other two tasks are still training"] = [
+        (PRETRAINED_DIR / "studies" / study / "study.json").is_file() for study in studies
+    ] == [True, False, False]
     return numbers, holds
 
 
