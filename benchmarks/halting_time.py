@@ -15,6 +15,12 @@ large" (labmlai/annotated_deep_learning_paper_implementations issue 80): the bat
     python benchmarks/halting_time.py RUN_FOLDER                  # a run folder: <root>/<experiment>/<variant>/seed<k>
     python benchmarks/halting_time.py RUN_FOLDER --batch-sizes 128 1 --samples 1000 --csv times.csv
     python benchmarks/halting_time.py --quick                     # CI: a shipped pointer run, 32 samples a set
+    python benchmarks/halting_time.py --study halting-heads-pointer --threads 1 --csv pondernet_tutorial/pretrained/halting-times.csv
+
+``--study`` times seed 0 of every head of a shipped study that halts by itself (not the fixed depth
+nor the frozen control): at the loader's batch size on every sample of each set, and at batch size 1 on
+``--samples`` of them (default 400, evenly spaced); chapter 13's time table is that command's, run with
+the machine's background work paused.
 
 Prints one row per set, batch size and reading: the mean steps, the accuracy, the samples, and the
 milliseconds per 1,000 samples; ``--csv`` writes the same rows. The test sets are the run's
@@ -188,6 +194,28 @@ def measure(
     return table
 
 
+def study_heads(name: str) -> list[Path]:
+    """The folders of seed 0 of every head of the shipped study ``name`` that halts by itself."""
+    from pondernet_tutorial.runs.studies import get_study, load_study
+
+    runs = load_study(get_study(name).name, PRETRAINED_DIR)["runs"]
+    heads = runs[(runs["seed"] == 0) & (runs["method"] != "fixed") & (runs["learn_halting"] != False)]  # noqa: E712
+    return [PRETRAINED_DIR / path for path in heads["path"]]
+
+
+def measure_study(name: str, samples: int = 400, repeats: int = 5, device: str = "cpu") -> pd.DataFrame:
+    """:func:`measure` on every head of :func:`study_heads`: the loader's batch size on every sample,
+    and batch size 1 on ``samples`` of each set; one table, its first column the study."""
+    tables = []
+    for folder in study_heads(name):
+        _, config, _ = load_run(folder)
+        tables.append(measure(folder, [config.batch_size], 0, repeats, device))
+        tables.append(measure(folder, [1], samples, repeats, device))
+    table = pd.concat(tables, ignore_index=True)
+    table.insert(0, "study", name)
+    return table
+
+
 def positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -200,6 +228,7 @@ def main(argv=None) -> pd.DataFrame:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("run", nargs="?", type=Path, help="a trained run's folder (with its evaluation)")
+    parser.add_argument("--study", help="instead of RUN: seed 0 of every head of this shipped study")
     parser.add_argument("--batch-sizes", type=positive, nargs="+", default=None)
     parser.add_argument("--samples", type=int, default=0, help="samples per set, evenly spaced (0: all)")
     parser.add_argument("--sets", nargs="+", default=None, help="only these test sets (default: all)")
@@ -215,15 +244,18 @@ def main(argv=None) -> pd.DataFrame:
         args.run = args.run or QUICK_RUN
         args.samples = args.samples or 32
         args.repeats = min(args.repeats, 2)
-    if args.run is None:
-        parser.error("give a run folder (or --quick)")
+    if args.run is None and not args.study:
+        parser.error("give a run folder (or --study NAME, or --quick)")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("--device cuda: no GPU is visible; leave --device out to time on the CPU")
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        table = measure(args.run, args.batch_sizes, args.samples, args.repeats, args.device, args.sets)
-    except BenchmarkError as error:
+        if args.study:
+            table = measure_study(args.study, args.samples or 400, args.repeats, args.device)
+        else:
+            table = measure(args.run, args.batch_sizes, args.samples, args.repeats, args.device, args.sets)
+    except (BenchmarkError, FileNotFoundError, ValueError) as error:
         parser.exit(2, f"halting_time: {error}\n")
     columns = ["set", "batch_size", "mode", "steps", "accuracy", "n", "ms_per_1000", "time_vs_full"]
     print(

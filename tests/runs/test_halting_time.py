@@ -62,10 +62,24 @@ def test_quick_mode_writes_its_table(tmp_path, capsys):
     assert "early exit" in capsys.readouterr().out
 
 
+def test_a_study_times_seed_0_of_every_head_that_halts_by_itself():
+    heads = halting_time.study_heads("halting-heads-pointer")
+    names = {folder.parent.name for folder in heads}
+    assert {folder.name for folder in heads} == {"seed0"} and len(heads) == len(names) == 7
+    assert not any(name.startswith("fixed") or "learn_halting=false" in name for name in names)
+    assert {"trm", "hrm", "hrm-select_by=epoch", "pondernet-beta=0.01-prior=uniform"} <= names
+
+
 def test_a_bad_request_is_one_line(tmp_path, capsys):
-    for request in ([str(tmp_path / "a" / "b" / "seed0")], [str(RUN), "--sets", "nowhere"]):
+    for request in (
+        [str(tmp_path / "a" / "b" / "seed0")],
+        [str(RUN), "--sets", "nowhere"],
+        ["--study", "none"],
+    ):
         with pytest.raises(SystemExit) as stop:
             halting_time.main(request)
         assert stop.value.code == 2
         error = capsys.readouterr().err
-        assert error.count("\n") == 1 and ("metadata.json" in error or "no test set nowhere" in error)
+        assert error.count("\n") == 1 and any(
+            why in error for why in ("metadata.json", "no test set nowhere", "unknown study 'none'")
+        )
