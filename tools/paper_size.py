@@ -29,7 +29,6 @@ run; ``metadata.json`` records which copy of the package ran.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import subprocess
 import sys
@@ -42,7 +41,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 import pondernet_tutorial
-from pondernet_tutorial.analysis.paper_claims import SEEDS, STUDY, UPDATES, wilson
+from pondernet_tutorial.analysis.paper_claims import SEEDS, STUDY, UPDATES, difference_in_se, wilson
 from pondernet_tutorial.checkpointing import FolderCheckpoint
 from pondernet_tutorial.data.base import EvalSet
 from pondernet_tutorial.fitting import StopOnNonFinite
@@ -305,10 +304,9 @@ def rescore(study: Path, vectors: int = VECTORS, seed: int = 1) -> pd.DataFrame:
         for name in sets:
             fresh, fresh_n = scores[f"{name}_accuracy"], scores[f"{name}_n"]
             shipped, count = float(run[f"{name}_accuracy"]), int(run[f"{name}_n"])
-            se = math.sqrt(fresh * (1 - fresh) / fresh_n + shipped * (1 - shipped) / count)
             rows.append(
                 {"size": n, "method": method, "seed": seed_run, "range": name, "shipped": shipped,
-                 "fresh": fresh, "difference_in_se": (fresh - shipped) / se if se else 0.0}
+                 "fresh": fresh, "difference_in_se": difference_in_se(shipped, count, fresh, fresh_n)}
             )  # fmt: skip
     table = pd.DataFrame(rows)
     table["agrees"] = table["difference_in_se"].abs() <= 3

@@ -25,13 +25,13 @@ Exit status: 0 when every row agrees, 1 when one does not, 2 on bad input (one l
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
 import pandas as pd
 import torch
 
+from pondernet_tutorial.analysis.paper_claims import difference_in_se
 from pondernet_tutorial.runs.build import make_datamodule
 from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model
 from pondernet_tutorial.runs.config import PRETRAINED_DIR, WEIGHTS, TrainConfig
@@ -95,15 +95,6 @@ def score(model, inputs, labels, batch_size: int, seed: int) -> tuple[float, flo
         correct += int((prediction.argmax(-1) == labels[i : i + batch_size]).sum())
         steps += float(halt_step.float().sum())
     return correct / len(labels), steps / len(labels)
-
-
-def difference_in_se(shipped: float, n_shipped: int, fresh: float, n_fresh: int) -> float:
-    """``(fresh - shipped) / SE`` with SE that of the two shares combined; where SE is 0 (both shares
-    0 or 1), 0 when equal and infinite otherwise."""
-    se = math.sqrt(shipped * (1 - shipped) / n_shipped + fresh * (1 - fresh) / n_fresh)
-    if se == 0:
-        return 0.0 if fresh == shipped else math.copysign(math.inf, fresh - shipped)
-    return (fresh - shipped) / se
 
 
 def shipped_accuracy(row: pd.Series) -> float:

@@ -71,6 +71,16 @@ def wilson(share: float, n: int, z: float = PaperRules.z) -> tuple[float, float]
     return (centre - half, centre + half)
 
 
+def difference_in_se(shipped: float, n_shipped: int, fresh: float, n_fresh: int) -> float:
+    """``(fresh - shipped) / SE`` with SE that of the two shares combined, sqrt(p1(1-p1)/n1 +
+    p2(1-p2)/n2): how far a re-score lies from a shipped share. Where SE is 0 (both shares 0 or 1), 0
+    when they are equal and infinite otherwise. The re-score tools count |difference| ≤ 3 as agreement."""
+    se = math.sqrt(shipped * (1 - shipped) / n_shipped + fresh * (1 - fresh) / n_fresh)
+    if se == 0:
+        return 0.0 if fresh == shipped else math.copysign(math.inf, fresh - shipped)
+    return (fresh - shipped) / se
+
+
 def at_least(low: float, high: float, mark: float) -> str:
     """:data:`HELD` when the interval ``(low, high)`` lies at or above ``mark``, :data:`NOT_HELD` when it
     lies wholly below, :data:`UNDETERMINED` when it straddles it (the book's :func:`~.verdicts.side`)."""
