@@ -58,7 +58,16 @@ class BenchmarkError(Exception):
 
 def load_run(folder: Path):
     """``(model, config, record)`` of the run in ``folder``: its configuration as ``metadata.json``
-    records it, its model loaded (and checked) by the package, and its ``evaluation.json``."""
+    records it (:func:`run_config`), its model loaded (and checked) by the package, and its
+    ``evaluation.json``."""
+    config, record = run_config(folder)
+    module = load_model(Path(folder) / WEIGHTS, config=config)
+    return module.model.eval(), config, record
+
+
+def run_config(folder: Path) -> tuple[TrainConfig, dict]:
+    """``(config, record)`` of the run in ``folder``: its configuration as ``metadata.json`` records it
+    (in the folder it names), and its ``evaluation.json``; nothing is loaded."""
     folder = Path(folder)
     metadata, record = read_json(folder / "metadata.json"), read_json(folder / "evaluation.json")
     if not isinstance(metadata, dict) or not isinstance(metadata.get("config"), dict):
@@ -69,8 +78,7 @@ def load_run(folder: Path):
     config = TrainConfig.from_options(**{**metadata["config"], "output_dir": str(root)})
     if config.run_dir.resolve() != folder.resolve():
         raise BenchmarkError(f"{folder} is not the folder its metadata.json names ({config.run_dir}).")
-    module = load_model(folder / WEIGHTS, config=config)
-    return module.model.eval(), config, record
+    return config, record
 
 
 def evaluated_sets(config: TrainConfig, record: dict, samples: int = 0) -> list[tuple[EvalSet, int]]:
@@ -194,21 +202,29 @@ def measure(
     return table
 
 
-def study_heads(name: str) -> list[Path]:
-    """The folders of seed 0 of every head of the shipped study ``name`` that halts by itself."""
+def study_heads(name: str) -> list[tuple[Path, TrainConfig]]:
+    """Seed 0 of every head of the shipped study ``name`` that halts by itself (its family, as the book
+    names it, not one of :data:`~pondernet_tutorial.analysis.heads.BUILT_STEPS`): each folder and its
+    configuration (:func:`run_config`)."""
+    from pondernet_tutorial.analysis.heads import BUILT_STEPS
+    from pondernet_tutorial.analysis.verdicts import config_label
     from pondernet_tutorial.runs.studies import get_study, load_study
 
     runs = load_study(get_study(name).name, PRETRAINED_DIR)["runs"]
-    heads = runs[(runs["seed"] == 0) & (runs["method"] != "fixed") & (runs["learn_halting"] != False)]  # noqa: E712
-    return [PRETRAINED_DIR / path for path in heads["path"]]
+    heads = [
+        (PRETRAINED_DIR / path, run_config(PRETRAINED_DIR / path)[0])
+        for path in runs.loc[runs["seed"] == 0, "path"]
+    ]
+    return [
+        (folder, config) for folder, config in heads if config_label(config.options())[1] not in BUILT_STEPS
+    ]
 
 
 def measure_study(name: str, samples: int = 400, repeats: int = 5, device: str = "cpu") -> pd.DataFrame:
     """:func:`measure` on every head of :func:`study_heads`: the loader's batch size on every sample,
     and batch size 1 on ``samples`` of each set; one table, its first column the study."""
     tables = []
-    for folder in study_heads(name):
-        _, config, _ = load_run(folder)
+    for folder, config in study_heads(name):
         tables.append(measure(folder, [config.batch_size], 0, repeats, device))
         tables.append(measure(folder, [1], samples, repeats, device))
     table = pd.concat(tables, ignore_index=True)

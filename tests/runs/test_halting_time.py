@@ -64,8 +64,9 @@ def test_quick_mode_writes_its_table(tmp_path, capsys):
 
 def test_a_study_times_seed_0_of_every_head_that_halts_by_itself():
     heads = halting_time.study_heads("halting-heads-pointer")
-    names = {folder.parent.name for folder in heads}
-    assert {folder.name for folder in heads} == {"seed0"} and len(heads) == len(names) == 7
+    names = {folder.parent.name for folder, _ in heads}
+    assert {folder.name for folder, _ in heads} == {"seed0"} and len(heads) == len(names) == 7
+    assert all(config.seed == 0 and config.batch_size == 128 for _, config in heads)
     assert not any(name.startswith("fixed") or "learn_halting=false" in name for name in names)
     assert {"trm", "hrm", "hrm-select_by=epoch", "pondernet-beta=0.01-prior=uniform"} <= names
 
