@@ -150,7 +150,7 @@ def expected_results() -> tuple[list[str], dict[str, bool]]:
     holds["pointer: both follow the walk, ACT more closely"] = (
         reference["verdict"] == FOLLOWS == act["verdict"] and act["rho_low"] > reference["rho_high"]
     )
-    # the halting heads on pointer chasing (the first task in): the design's runs and HRM's last epoch
+    # the halting heads on pointer chasing, with and without the exit bit: the design's runs and HRM's last epoch
     numbers.append("13")
     heads = {s: judge(per_run("halting-heads-pointer", POINTER, s), 1 / 32)[0] for s in ("test", "beyond")}
     plain = judge(per_run("halting-heads-noexit", POINTER, "test"), 1 / 32)[0]  # without the exit bit
