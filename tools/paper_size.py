@@ -368,7 +368,8 @@ def main(argv=None) -> int:
             metavar="DIR",
             help=f"{what} (default: pretrained/studies/{STUDY})",
         )
-    parser.add_argument("--updates", type=int, help=argparse.SUPPRESS)  # tests: epochs of 1,000 updates
+    parser.add_argument("--updates", type=int, help=argparse.SUPPRESS)  # tests: fewer updates
+    parser.add_argument("--batches", type=int, default=BATCHES_PER_EPOCH, help=argparse.SUPPRESS)  # per epoch
     parser.add_argument("--no-compile", action="store_true", help=argparse.SUPPRESS)  # tests
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # two runs side by side on two cores
@@ -396,8 +397,9 @@ def one(run: str, args) -> None:
     elif args.quick:
         train_run(run, args.out, epochs=2, batches=4, every=1, vectors=50, compile=False)
     else:
-        epochs = args.updates // BATCHES_PER_EPOCH if args.updates else None
-        train_run(run, args.out, epochs=epochs, compile=False if args.no_compile else None)
+        epochs = args.updates // args.batches if args.updates else None
+        compile = False if args.no_compile else None
+        train_run(run, args.out, epochs=epochs, batches=args.batches, compile=compile)
 
 
 if __name__ == "__main__":
