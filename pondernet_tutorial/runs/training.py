@@ -227,11 +227,11 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
     datamodule, module = prepare()
     identity = config.identity()  # what the folder's records must hold
     with folder_lock(run_dir, wait=wait, doing="training it"):  # one process at a time per run folder
-        # every rank of a DDP run decides alike: they all read the same last checkpoint, or none
-        resume = not overwrite and resumable(run_dir, identity, datamodule)
         if not overwrite and is_rank_zero():  # the other ranks of a DDP run join rank 0's and write nothing
             if completed_run(run_dir, identity, module.hparams) is not None:
                 raise RunExistsError(run_dir, "already holds this trained run")
+        # every rank of a DDP run decides alike: they all read the same last checkpoint, or none
+        resume = not overwrite and resumable(run_dir, identity, datamodule)
         start = time.perf_counter()
         while True:
             if is_rank_zero():
