@@ -16,11 +16,13 @@ large" (labmlai/annotated_deep_learning_paper_implementations issue 80): the bat
     python benchmarks/halting_time.py RUN_FOLDER --batch-sizes 128 1 --samples 1000 --csv times.csv
     python benchmarks/halting_time.py --quick                     # CI: a shipped pointer run, 32 samples a set
     python benchmarks/halting_time.py --study halting-heads-pointer --threads 1 --csv pondernet_tutorial/pretrained/halting-times.csv
+    python benchmarks/halting_time.py --study halting-heads-noexit --threads 1 --csv pondernet_tutorial/pretrained/halting-times.csv
 
 ``--study`` times seed 0 of every head of a shipped study that halts by itself (not the fixed depth
 nor the frozen control): at the loader's batch size on every sample of each set, and at batch size 1 on
-``--samples`` of them (default 400, evenly spaced); chapter 13's time table is that command's, run with
-the machine's background work paused.
+``--samples`` of them (default 400, evenly spaced); with ``--csv`` it replaces that study's rows of the
+file and keeps the other studies'. Chapter 13's time table is those commands', run with the machine's
+background work paused.
 
 Prints one row per set, batch size and reading: the mean steps, the accuracy, the samples, and the
 milliseconds per 1,000 samples; ``--csv`` writes the same rows. The test sets are the run's
@@ -280,7 +282,11 @@ def main(argv=None) -> pd.DataFrame:
     )
     print(table[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     if args.csv:
-        table.to_csv(args.csv, index=False, float_format="%.6g")
+        written = table
+        if args.study and args.csv.is_file():  # one file for every study: this study's rows replaced
+            kept = pd.read_csv(args.csv)
+            written = pd.concat([kept[kept["study"] != args.study], table], ignore_index=True)
+        written.to_csv(args.csv, index=False, float_format="%.6g")
     return table
 
 

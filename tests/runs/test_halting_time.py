@@ -84,3 +84,20 @@ def test_a_bad_request_is_one_line(tmp_path, capsys):
         assert error.count("\n") == 1 and any(
             why in error for why in ("metadata.json", "no test set nowhere", "unknown study 'none'")
         )
+
+
+def test_a_study_written_to_a_csv_replaces_its_own_rows_and_keeps_the_others(tmp_path, monkeypatch):
+    def measured(study, samples, repeats, device):  # the study's table, without timing anything
+        return pd.DataFrame(
+            {"study": [study], "run": ["r"], "method": ["act"], "set": ["test"], "batch_size": [1],
+             "mode": ["early exit"], "steps": [1.0], "accuracy": [1.0], "n": [1], "ms_per_1000": [1.0],
+             "time_vs_full": [0.5], "device": ["cpu"], "threads": [1], "repeats": [repeats]}
+        )  # fmt: skip
+
+    monkeypatch.setattr(halting_time, "measure_study", measured)
+    path = tmp_path / "times.csv"
+    halting_time.main(["--study", "one", "--repeats", "2", "--csv", str(path)])
+    halting_time.main(["--study", "two", "--csv", str(path)])
+    halting_time.main(["--study", "one", "--repeats", "3", "--csv", str(path)])  # measured again
+    table = pd.read_csv(path)
+    assert list(table["study"]) == ["two", "one"] and list(table["repeats"]) == [5, 3]
