@@ -145,6 +145,21 @@ def at_chance(end: dict, rules: PaperRules = PaperRules()) -> str:
     return chance_verdict(end["unseen_accuracy"], end["unseen_n"], rules)
 
 
+def every_range_at_chance(runs, rules: PaperRules = PaperRules()) -> bool:
+    """Whether every run of ``runs`` (rows of the shipped ``runs.csv``) finished its :data:`UPDATES`
+    and answers at chance (:func:`chance_verdict`) on each range it is scored on: its training range,
+    and at 96 elements the unseen one too."""
+    return all(
+        run["updates"] >= UPDATES
+        and all(
+            chance_verdict(run[f"{name}_accuracy"], run[f"{name}_n"], rules) == HELD
+            for name in ("seen", "unseen")
+            if name == "seen" or run["size"] == 96
+        )
+        for _, run in runs.iterrows()
+    )
+
+
 # the three claims: which runs (size, method) each is judged on, and how it is put in the table
 CLAIMS = {
     "PonderNet interpolates at 64 in about 3 steps": (64, "pondernet"),

@@ -103,3 +103,18 @@ def test_a_seed_not_shipped_or_unfinished_leaves_its_claim_not_judged():
     assert (table.iloc[1] == pc.NOT_JUDGED).all() and table.iloc[2]["verdict"] == pc.HELD
     table = pc.claim_table(shipped(**{"96_act_0": {"updates": pc.UPDATES - 1_000}}))
     assert table.loc["ACT extrapolates at chance"].tolist() == [pc.NOT_JUDGED, pc.HELD, pc.NOT_JUDGED]
+
+
+def test_every_range_at_chance_reads_the_training_range_and_at_96_the_unseen_one():
+    def runs(**values):
+        rows = [
+            {"size": 64, "seen_accuracy": 0.5, "unseen_accuracy": 0.99, **end()},  # 64: no unseen range
+            {"size": 96, "seen_accuracy": 0.51, "unseen_accuracy": 0.49, **end()},
+        ]
+        rows[1].update(values)
+        return pd.DataFrame(rows)
+
+    assert pc.every_range_at_chance(runs())
+    assert not pc.every_range_at_chance(runs(unseen_accuracy=0.7))  # 96's unseen range learned
+    assert not pc.every_range_at_chance(runs(seen_accuracy=0.7))
+    assert not pc.every_range_at_chance(runs(updates=pc.UPDATES - 1_000))  # not finished
