@@ -1,7 +1,16 @@
+import os
+
 import pytest
 import torch
 
 from pondernet_tutorial.data.mnist import MNIST_FILES, MNISTNotFoundError, resolve_data_dir
+
+
+def pytest_configure(config):
+    """One PyTorch thread in each of pytest-xdist's test processes (``-n 2``, as CI runs them): two
+    processes of two threads each on two cores wait for each other (``pondernet_tutorial.threads``)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
 
 
 def mnist_available() -> bool:

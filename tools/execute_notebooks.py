@@ -22,7 +22,7 @@ did not shut down, and the build went on without a word at the end of the wait; 
 tagged ``skip-execution`` (nbclient skips it). The slowest cells are listed at the end, to size the
 timeouts from.
 
-    python tools/execute_notebooks.py --kernel NAME --out DIR [--cache _build/.jupyter_cache] [NOTEBOOK ...]
+    python tools/execute_notebooks.py --kernel NAME --out DIR [--cache _build/.jupyter_cache] [--jobs 2] [NOTEBOOK ...]
 """
 
 from __future__ import annotations
@@ -91,8 +91,9 @@ def first_line(cell) -> str:
     return lines[0][:70] if lines else ""
 
 
-def nbmake(copies: list[Path], kernel: str, timeout: int) -> int:
-    """Run nbmake on the copies (it writes each executed notebook over its copy); pytest's status."""
+def nbmake(copies: list[Path], kernel: str, timeout: int, jobs: int = 1) -> int:
+    """Run nbmake on the copies (it writes each executed notebook over its copy), ``jobs`` notebooks at
+    once (pytest-xdist's ``-n``; each kernel then on one PyTorch thread); pytest's status."""
     folder = copies[0].parent
     command = [
         sys.executable,
@@ -108,9 +109,12 @@ def nbmake(copies: list[Path], kernel: str, timeout: int) -> int:
         "-c",
         os.devnull,  # not the repository's pytest settings
         "-v",
+        *(["-n", str(jobs)] if jobs > 1 else []),
         *map(str, copies),
     ]
-    return subprocess.run(command, cwd=folder, check=False).returncode
+    # two kernels of two threads each on two cores wait for each other (pondernet_tutorial.threads)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"} if jobs > 1 else None
+    return subprocess.run(command, cwd=folder, check=False, env=env).returncode
 
 
 def check_executed(nb, path: Path, name: str, timeout: int) -> list[tuple[float, int]]:
@@ -167,6 +171,7 @@ def main(argv=None) -> int:
     parser.add_argument("--kernel", required=True, help="the kernel to run them in")
     parser.add_argument("--out", type=Path, required=True, help="where the executed notebooks go")
     parser.add_argument("--cache", type=Path, help="Jupyter Book's execution cache to add them to")
+    parser.add_argument("--jobs", type=int, default=1, help="notebooks run at once [1]")
     args = parser.parse_args(argv)
     notebooks = [p.resolve() for p in args.notebooks] or sorted((ROOT / "book").glob("*.ipynb"))
     if len({p.name for p in notebooks}) < len(notebooks):
@@ -184,7 +189,10 @@ def main(argv=None) -> int:
     for path, target in zip(notebooks, copies, strict=True):
         shutil.copyfile(path, target)
     start = time.perf_counter()
-    if nbmake(copies, args.kernel, default) != 0:
+    if args.jobs < 1:
+        print(f"error: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)
+        return 2
+    if nbmake(copies, args.kernel, default, args.jobs) != 0:
         print("nbmake: a notebook failed (above); nothing was added to the cache", file=sys.stderr)
         return 1
     print(f"nbmake ran {len(copies)} notebooks in {time.perf_counter() - start:.0f} s")

@@ -61,3 +61,20 @@ def test_nbmake_runs_each_notebook_once_and_its_outputs_go_into_the_cache(tmp_pa
     source.cells[0].source = "# Another title"  # Markdown does not count, as in the book's build
     _, merged = get_cache(str(tmp_path / "cache")).merge_match_into_notebook(source)
     assert merged.cells[1].outputs[0]["text"] == "42\n"
+
+
+def test_two_jobs_run_the_notebooks_side_by_side_on_one_thread_each(tmp_path, capfd):
+    from jupyter_cache import get_cache
+
+    threads = "import os\nprint(os.environ.get('OMP_NUM_THREADS'))"
+    paths = [write_notebook(tmp_path / f"nb{i}.ipynb", threads) for i in range(2)]
+    out = tmp_path / "out"
+    assert tool.main([*map(str, paths), "--kernel", "python3", "--out", str(out), "--jobs", "2", "--cache", str(tmp_path / "cache")]) == 0  # fmt: skip
+    assert re.search(r"\[gw[01]\].*PASSED", capfd.readouterr().out)  # pytest-xdist's workers ran them
+    for path in paths:
+        assert nbformat.read(out / path.name, as_version=4).cells[1].outputs[0]["text"] == "1\n"
+        _, merged = get_cache(str(tmp_path / "cache")).merge_match_into_notebook(
+            nbformat.read(path, as_version=4)
+        )
+        assert merged.cells[1].outputs[0]["text"] == "1\n"
+    assert tool.main([*map(str, paths), "--kernel", "python3", "--out", str(out), "--jobs", "0"]) == 2
