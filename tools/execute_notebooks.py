@@ -173,6 +173,9 @@ def main(argv=None) -> int:
     parser.add_argument("--cache", type=Path, help="Jupyter Book's execution cache to add them to")
     parser.add_argument("--jobs", type=int, default=1, help="notebooks run at once [1]")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        print(f"error: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)
+        return 2
     notebooks = [p.resolve() for p in args.notebooks] or sorted((ROOT / "book").glob("*.ipynb"))
     if len({p.name for p in notebooks}) < len(notebooks):
         print("error: two notebooks of one name: run them in two calls", file=sys.stderr)
@@ -189,9 +192,6 @@ def main(argv=None) -> int:
     for path, target in zip(notebooks, copies, strict=True):
         shutil.copyfile(path, target)
     start = time.perf_counter()
-    if args.jobs < 1:
-        print(f"error: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)
-        return 2
     if nbmake(copies, args.kernel, default, args.jobs) != 0:
         print("nbmake: a notebook failed (above); nothing was added to the cache", file=sys.stderr)
         return 1

@@ -77,4 +77,6 @@ def test_two_jobs_run_the_notebooks_side_by_side_on_one_thread_each(tmp_path, ca
             nbformat.read(path, as_version=4)
         )
         assert merged.cells[1].outputs[0]["text"] == "1\n"
-    assert tool.main([*map(str, paths), "--kernel", "python3", "--out", str(out), "--jobs", "0"]) == 2
+    refused = tmp_path / "refused"
+    assert tool.main([*map(str, paths), "--kernel", "python3", "--out", str(refused), "--jobs", "0"]) == 2
+    assert not refused.exists()  # refused before anything is copied
