@@ -48,7 +48,7 @@ from pondernet_tutorial.data.base import EvalSet
 from pondernet_tutorial.runs.checkpoints import load_model
 from pondernet_tutorial.runs.config import PRETRAINED_DIR, WEIGHTS, TrainConfig
 from pondernet_tutorial.runs.evaluation import _datamodule_and_record
-from pondernet_tutorial.runs.files import read_json
+from pondernet_tutorial.runs.files import read_json, read_table, write_csv
 
 QUICK_RUN = PRETRAINED_DIR / "pointer-extrapolation" / "pondernet-lambda_p=0.5-beta=0.01" / "seed0"
 MODES = ("early exit", "full unroll", "fixed depth")
@@ -266,6 +266,15 @@ def main(argv=None) -> pd.DataFrame:
         parser.error("give a run folder (or --study NAME, or --quick)")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("--device cuda: no GPU is visible; leave --device out to time on the CPU")
+    kept = None  # with --study, the other studies' rows of --csv: read (bounded) before the timing starts
+    if args.study and args.csv and args.csv.exists():
+        try:
+            kept = read_table(args.csv)
+        except (OSError, ValueError) as error:
+            parser.exit(2, f"halting_time: {error}\n")
+        if "study" not in kept:
+            parser.exit(2, f"halting_time: {args.csv} holds no study column: give --csv another file\n")
+        kept = kept[kept["study"] != args.study]
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
@@ -281,12 +290,9 @@ def main(argv=None) -> pd.DataFrame:
         f"{table['threads'].iloc[0]} threads, median of {table['repeats'].iloc[0]} alternated passes"
     )
     print(table[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    if args.csv:
-        written = table
-        if args.study and args.csv.is_file():  # one file for every study: this study's rows replaced
-            kept = pd.read_csv(args.csv)
-            written = pd.concat([kept[kept["study"] != args.study], table], ignore_index=True)
-        written.to_csv(args.csv, index=False, float_format="%.6g")
+    if args.csv:  # written whole: one file for every study, this study's rows replaced
+        written = table if kept is None else pd.concat([kept, table], ignore_index=True)
+        write_csv(args.csv, written, index=False, float_format="%.6g")
     return table
 
 

@@ -101,3 +101,17 @@ def test_a_study_written_to_a_csv_replaces_its_own_rows_and_keeps_the_others(tmp
     halting_time.main(["--study", "one", "--repeats", "3", "--csv", str(path)])  # measured again
     table = pd.read_csv(path)
     assert list(table["study"]) == ["two", "one"] and list(table["repeats"]) == [5, 3]
+
+
+def test_a_csv_that_cannot_take_the_study_is_refused_before_anything_is_timed(tmp_path, monkeypatch, capsys):
+    def measured(*args):
+        raise AssertionError("timed before the --csv file was checked")
+
+    monkeypatch.setattr(halting_time, "measure_study", measured)
+    (tmp_path / "folder.csv").mkdir()  # not a regular file
+    (tmp_path / "other.csv").write_text("run,steps\nr,1\n")  # no study column: not the study table
+    for name in ("folder.csv", "other.csv"):
+        with pytest.raises(SystemExit) as stop:
+            halting_time.main(["--study", "one", "--csv", str(tmp_path / name)])
+        assert stop.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+    assert (tmp_path / "other.csv").read_text() == "run,steps\nr,1\n"  # left as it was
