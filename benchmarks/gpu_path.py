@@ -27,10 +27,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from host_time import synthetic_mnist, timed_training  # noqa: E402
 
+from pondernet_tutorial.fast_path import CudaGraphs, GraphedStep  # noqa: E402
 from pondernet_tutorial.fitting import fit  # noqa: E402
 from pondernet_tutorial.runs.build import make_datamodule  # noqa: E402
 from pondernet_tutorial.runs.config import TrainConfig  # noqa: E402
-from pondernet_tutorial.runs.cuda_graph import CudaGraphs, GraphedPonderLitModule, GraphedStep  # noqa: E402
+from pondernet_tutorial.runs.module import GraphedRunModule  # noqa: E402
 
 QUIET = {"enable_progress_bar": False, "enable_model_summary": False, "logger": False}
 
@@ -57,7 +58,7 @@ class NoCapture(CudaGraphs):
         raise RuntimeError("eager on purpose")
 
 
-class Plateau(GraphedPonderLitModule):
+class Plateau(GraphedRunModule):
     """The plateau schedule sees the same validation accuracy every epoch: it cuts the learning rate
     after every epoch (patience 0), so every epoch after the resume has a new one."""
 
@@ -209,7 +210,7 @@ def capture_check_cuda() -> dict:
     from pondernet_tutorial.data.pointer import pointer_batch
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))  # the checker lives beside its test
-    from capture_check import capture_hazards
+    from pondernet_tutorial.capture_check import capture_hazards
 
     steps = {
         "parity_gru": ({"n_elements": 16, "hidden_size": 64}, 2, lambda: parity_batch(128, 16, (1, 16))[:2]),
@@ -222,7 +223,7 @@ def capture_check_cuda() -> dict:
     out = {}
     for step, (options, n_classes, batch) in steps.items():
         for method in ("pondernet", "act", "fixed"):
-            module = GraphedPonderLitModule(
+            module = GraphedRunModule(
                 step,
                 n_classes,
                 step_options=options,

@@ -1,6 +1,6 @@
 """Host time per training step of the CUDA-graph path, measured with a replay that does nothing.
 
-The module of the graphed path (:class:`~pondernet_tutorial.runs.cuda_graph.GraphedPonderLitModule`)
+The module of the graphed path (:class:`~pondernet_tutorial.runs.module.GraphedRunModule`)
 is given a graph whose capture runs the step once (for its outputs) and whose replay does nothing.
 What a step then costs is what the host does around the replay, whatever the device: Lightning's
 loop, the data loader (drawing and converting the batch), the copy into the static batch, the

@@ -16,7 +16,7 @@ The notebook trains in 16-bit precision on a GPU; here both pipelines run in 32-
 through the same ``Trainer`` with its own data module and LightningModule, eagerly and with
 ``torch.compile`` (its default on the CPU; the compilation falls in the first run's warm-up batches and
 is reported apart); on CUDA (``--device cuda``) also with each compiled step replayed from one CUDA
-graph (its default there, :mod:`pondernet_tutorial.runs.cuda_graph`).
+graph (its default there, :mod:`pondernet_tutorial.fast_path`).
 
 The pipelines take turns (reference, eager, compiled, reference, ...), each run a new ``Trainer``'s
 fit of the pipeline's one module, timed apart; the speed-up is the package's rate over the

@@ -17,6 +17,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping
 
 from .checkpointing import CheckedCheckpointIO, FolderCheckpoint, checkpoint_bound
+from .fast_path import fast_module
 from .lightning_module import PonderLitModule
 from .threads import training_threads
 
@@ -66,6 +67,7 @@ def fit(
     callbacks=(),
     threads: int | None = None,
     checkpoint_io: CheckedCheckpointIO | None = None,
+    fast: bool | None = None,
     **trainer_options,
 ) -> tuple[L.Trainer, int]:
     """Train ``module`` on ``datamodule`` and load the weights of its best epoch into it (eval mode).
@@ -86,6 +88,9 @@ def fit(
             cores); the caller's number comes back afterwards.
         checkpoint_io: how Lightning reads and writes the checkpoints (default: a
             :class:`~pondernet_tutorial.checkpointing.CheckedCheckpointIO` bounded by the module's size).
+        fast: on one CUDA device, train the same step replayed from one CUDA graph
+            (:func:`~pondernet_tutorial.fast_path.fast_module`; ``None``: wherever it can, ``False``:
+            never). On the CPU nothing changes.
         callbacks, trainer_options: more callbacks, and any argument of ``lightning.Trainer``.
 
     Returns:
@@ -108,8 +113,9 @@ def fit(
         )
     plugins = [checkpoint_io or CheckedCheckpointIO(checkpoint_bound(module))]
     trainer = L.Trainer(max_epochs=max_epochs, callbacks=callbacks, plugins=plugins, **trainer_options)
+    trained = fast_module(module, trainer, fast)  # module itself, or on a GPU its graphed step
     with training_threads(threads):
-        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+        trainer.fit(trained, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     best_epoch = best.load_best(module)  # weights only, from the file that was checked
     module.cpu().eval()
     return trainer, trainer.current_epoch - 1 if best_epoch is None else best_epoch

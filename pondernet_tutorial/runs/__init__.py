@@ -5,7 +5,7 @@ reader reusing PonderNet does not.
 * :mod:`.build`: from a configuration to its data module and LightningModule;
 * :mod:`.training`: ``train()``, ``fit()`` inside a run folder with a lock, records and checks;
 * :mod:`.resume`: continuing an unfinished run, trusting nothing in its folder but weights and counters;
-* :mod:`.cuda_graph`: the training step replayed from one CUDA graph (a subclass of the module);
+* :mod:`.module`: the fast module (:mod:`pondernet_tutorial.fast_path`) built from the names a run records;
 * :mod:`.checkpoints`: weights as ``model.safetensors`` files (data, never code), safe loading, the shipped runs;
 * :mod:`.evaluation`: per-sample, per-step and per-class tables, and the halting tables (whether halting
   follows an input's difficulty);

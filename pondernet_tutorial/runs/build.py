@@ -4,15 +4,14 @@ arguments and the run's loggers."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import lightning as L
 import torch
 
+from ..fast_path import graph_blockers
 from .config import TrainConfig
-from .cuda_graph import GraphedPonderLitModule
-from .module import RunModule
+from .module import GraphedRunModule, RunModule
 from .options import MAX_PARAMETERS, PARAMETERS_REASON
 from .registry import get_experiment, import_path
 
@@ -37,9 +36,9 @@ def make_datamodule(config: TrainConfig, test_rotations=None, test_subset=None):
 
 def make_module(config: TrainConfig, graphed: bool = False) -> RunModule:
     """The LightningModule a configuration describes; ``graphed``: its training step replayed from one
-    CUDA graph (:class:`~pondernet_tutorial.runs.cuda_graph.GraphedPonderLitModule`)."""
+    CUDA graph (:class:`~.module.GraphedRunModule`)."""
     experiment = get_experiment(config.experiment)
-    cls = GraphedPonderLitModule if graphed else RunModule
+    cls = GraphedRunModule if graphed else RunModule
     return cls(
         step=config.step,
         n_classes=experiment.n_classes,
@@ -90,40 +89,14 @@ def check_model(config: TrainConfig) -> None:
     count_weights(lambda: make_module(config))
 
 
-GRAPH_PRECISIONS_EXCLUDED = ("16-mixed", "16")  # GradScaler's step waits for the device: not capturable
-
-
 def use_cuda_graph(config: TrainConfig, trainer: L.Trainer) -> bool:
     """Whether training replays each step from one CUDA graph: ``config.cuda_graph``, or by default
-    wherever it can (one CUDA device in one process, a precision without a gradient scaler): every
-    method's training step is capturable."""
-    from lightning.pytorch.accelerators import CUDAAccelerator
-
-    reasons = []
-    on_cuda = isinstance(trainer.accelerator, CUDAAccelerator)
-    if not on_cuda:
-        reasons.append("a CUDA device")
-    if trainer.world_size != 1:  # devices across nodes count too: ddp with one device per node is 2
-        reasons.append("exactly one device in one process")
-    if config.precision in GRAPH_PRECISIONS_EXCLUDED:
-        reasons.append("a precision without a gradient scaler (not 16-mixed)")
-    if on_cuda and str(config.precision).startswith("bf16") and slow_bf16():
-        major, minor = torch.cuda.get_device_capability()
-        print(
-            f"warning: {torch.cuda.get_device_name()} (compute capability {major}.{minor}) has no bf16 "
-            f"tensor cores: --precision {config.precision} is slower there than 32-true; pass "
-            "--precision 32-true, or 16-mixed (without the CUDA graph).",
-            file=sys.stderr,
-        )
+    wherever it can (:func:`~pondernet_tutorial.fast_path.graph_blockers`): every method's training
+    step is capturable."""
+    reasons = graph_blockers(trainer, config.precision)
     if config.cuda_graph and reasons:
         raise ValueError(f"--cuda-graph needs {', '.join(reasons)}: drop it or pass --no-cuda-graph.")
     return not reasons if config.cuda_graph is None else bool(config.cuda_graph)
-
-
-def slow_bf16() -> bool:
-    """bf16 runs without tensor cores of its own (and cuDNN's bf16 convolutions) on a GPU older than
-    compute capability 8.0 (Ampere): a T4, Colab's free GPU, is 7.5."""
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() < (8, 0)
 
 
 def make_loggers(config: TrainConfig, save_dir: Path) -> list:

@@ -30,6 +30,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from ..checkpointing import FolderCheckpoint, checkpoint_bound
+from ..fast_path import GraphedPonderLitModule
 from ..fitting import fit, mode
 from .build import (
     check_logger_available,
@@ -42,7 +43,6 @@ from .build import (
 )
 from .checkpoints import save_weights
 from .config import WEIGHTS, TrainConfig
-from .cuda_graph import GraphedPonderLitModule
 from .files import (
     WriteFailedError,
     check_unlocked,

@@ -14,11 +14,11 @@ Deliberate breaks these tests catch (each was tried):
 import pytest
 import torch
 import torch.nn.functional as F
-from capture_check import capture_hazards
 from tiny_parity import loader, quiet_trainer
 from torch import nn
 
 from pondernet_tutorial import ParityStep, PonderLitModule
+from pondernet_tutorial.capture_check import capture_hazards
 from pondernet_tutorial.data.parity import parity_batch
 from pondernet_tutorial.data.pointer import pointer_batch
 from pondernet_tutorial.methods.trm import TRMHalting, trm_halt_step

@@ -2,7 +2,7 @@
 
 The stand-in graph of ``test_cuda_graph.py`` replays a step by running its Python again: a step that
 reads a value on the host, draws random numbers on the CPU or keeps a Python counter replays happily
-there and not in a real graph. :func:`capture_check.capture_hazards` (``tests/capture_check.py``) logs the
+there and not in a real graph. :func:`~pondernet_tutorial.capture_check.capture_hazards` logs the
 operations of the captured step (the graphed module's body, backward, clipping and Adam's update) with
 a dispatch mode instead. The step runs on PyTorch's ``meta`` device, standing in for the GPU, so that
 a tensor on the CPU (the host) is told apart from one on the device.
@@ -23,11 +23,12 @@ import re
 import pytest
 import torch
 import torch.utils._foreach_utils as foreach_utils
-from capture_check import capture_hazards
 
+from pondernet_tutorial.capture_check import capture_hazards
 from pondernet_tutorial.data.parity import parity_batch
 from pondernet_tutorial.data.pointer import pointer_batch
-from pondernet_tutorial.runs.cuda_graph import GraphedPonderLitModule, GraphedStep
+from pondernet_tutorial.fast_path import GraphedStep
+from pondernet_tutorial.runs.module import GraphedRunModule
 
 STEPS = {  # a step function, its options, its classes and a batch of its inputs
     "parity_gru": ({"n_elements": 8, "hidden_size": 16}, 2, lambda: parity_batch(32, 8, (1, 8))[:2]),
@@ -59,7 +60,7 @@ def meta_as_the_device(monkeypatch):
 def graphed_step(step="parity_gru", method="pondernet", wrap=None, lr_on_the_cpu=False):
     """The step that the graphed module captures, on the meta device: ``(step, batch)``."""
     options, n_classes, batch = STEPS[step]
-    module = GraphedPonderLitModule(
+    module = GraphedRunModule(
         step, n_classes, step_options=options, method=method, method_options=METHODS[method], grad_clip=0.5
     )
     if wrap is not None:  # a step of a user's: the module's values, changed

@@ -11,7 +11,7 @@ captured tensor.
 
 Deliberate breaks these tests catch (each was tried):
 - ``GraphedStep.__call__`` without the static copy of the batch: test_graphed_training_equals_eager;
-- ``GraphedPonderLitModule.on_fit_start`` not releasing the graph: test_a_second_fit_captures_again;
+- ``GraphedPonderLitModule.on_fit_start`` (fast_path) not releasing the graph: test_a_second_fit_captures_again;
 - ``GraphedStep.sync_learning_rates`` doing nothing: test_a_learning_rate_cut_reaches_the_graph;
 - the eager step after capture setting the gradients to None:
   test_a_batch_of_another_shape_is_stepped_eagerly_into_the_captured_gradients;
@@ -28,95 +28,21 @@ What a stand-in graph cannot see (a host sync, a CPU random number, a Python cou
 logging the step's operations: test_capture_safety.py.
 
 Not tested here, for want of a GPU: the side stream of the warm-up, ``record_stream``, and a capture
-by CUDA itself (:class:`~pondernet_tutorial.runs.cuda_graph.CudaGraphs`).
+by CUDA itself (:class:`~pondernet_tutorial.fast_path.CudaGraphs`).
 """
 
 import copy
-import importlib
 import pickle
 
 import lightning as L
 import pytest
 import torch
+from stand_in_graphs import StandInGraphs, capturable_adam_on_the_cpu  # noqa: F401 (a fixture)
 from tiny_parity import quiet_trainer
 from torch.utils.data import DataLoader, TensorDataset
 
-from pondernet_tutorial.runs.cuda_graph import GraphedPonderLitModule, GraphedStep
-from pondernet_tutorial.runs.module import RunModule
-
-
-class StandInGraph:
-    """What a captured CUDA graph does, on the CPU: replay the recorded step on the captured memory."""
-
-    def __init__(self, owner, step, out, optimizer, parameters):
-        self.owner, self.step, self.out, self.optimizer = owner, step, out, optimizer
-        self.parameters = list(parameters)
-        self.grads = [p.grad for p in self.parameters]  # the memory the recorded backward writes
-        self.lrs = [group["lr"] for group in optimizer.param_groups]  # the tensors the update reads
-
-    def replay(self):
-        self.owner.replays += 1
-        visible = [p.grad for p in self.parameters]
-        live = [group["lr"] for group in self.optimizer.param_groups]
-        for group, lr in zip(self.optimizer.param_groups, self.lrs):
-            group["lr"] = lr
-        for p in self.parameters:
-            p.grad = None
-        out = self.step()
-        for p, captured in zip(self.parameters, self.grads):
-            if captured is not None and p.grad is not None:
-                captured.copy_(p.grad)
-        for p, grad in zip(self.parameters, visible):  # a graph never re-points .grad
-            p.grad = grad
-        for group, lr in zip(self.optimizer.param_groups, live):
-            group["lr"] = lr
-        for name, value in out.items():
-            self.out[name].copy_(value)
-
-
-class StandInGraphs:
-    """The stand-in for :class:`~pondernet_tutorial.runs.cuda_graph.CudaGraphs`."""
-
-    def __init__(self, fail_capture=False):
-        self.fail_capture, self.warm_ups, self.captures, self.replays = fail_capture, 0, 0, 0
-
-    def warm_up(self, step):
-        self.warm_ups += 1
-        return step()
-
-    def capture(self, step, optimizer=None, parameters=(), buffers=()):
-        """Record without applying: the step runs once for its outputs' shapes, and every tensor it
-        changed (parameters, optimiser state, the sums of the logged values) is put back, as a capture
-        changes nothing."""
-        if self.fail_capture:
-            raise RuntimeError("operation not permitted when stream is capturing")
-        written = list(parameters) + list(buffers)
-        saved = [p.detach().clone() for p in written]
-        state = {p: {k: v.clone() for k, v in s.items()} for p, s in optimizer.state.items()}
-        out = {name: value.clone() for name, value in step().items()}
-        with torch.no_grad():  # put back, in place: the step's tensors keep their memory
-            for p, s in zip(written, saved):
-                p.copy_(s)
-            for p in list(optimizer.state):
-                if p not in state:
-                    del optimizer.state[p]
-                for k, v in state.get(p, {}).items():
-                    optimizer.state[p][k].copy_(v)
-        self.captures += 1
-        return StandInGraph(self, step, out, optimizer, parameters), out
-
-    def synchronize(self):
-        pass
-
-
-@pytest.fixture(autouse=True)
-def capturable_adam_on_the_cpu(monkeypatch):
-    """Adam(capturable=True) refuses the CPU; its update is the same arithmetic there."""
-    monkeypatch.setattr(
-        importlib.import_module("torch.optim.adam"),
-        "_get_capturable_supported_devices",
-        lambda *a, **k: ["cpu"],
-    )
+from pondernet_tutorial.fast_path import GraphedStep
+from pondernet_tutorial.runs.module import GraphedRunModule, RunModule
 
 
 def parity(n, seed):
@@ -133,7 +59,7 @@ METHODS = {
 
 def module(graphed, graphs=None, seed=0, method="pondernet", **options):
     torch.manual_seed(seed)
-    cls = GraphedPonderLitModule if graphed else RunModule  # the run's module, its step graphed or not
+    cls = GraphedRunModule if graphed else RunModule  # the run's module, its step graphed or not
     extra = {"graphs": graphs} if graphed else {}
     return cls(
         "parity_gru",

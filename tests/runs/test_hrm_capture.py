@@ -16,10 +16,11 @@ def test_the_training_step_is_capturable(step, monkeypatch):
     import importlib
 
     import torch.utils._foreach_utils as foreach_utils
-    from capture_check import capture_hazards
 
+    from pondernet_tutorial.capture_check import capture_hazards
     from pondernet_tutorial.data.pointer import pointer_batch
-    from pondernet_tutorial.runs.cuda_graph import GraphedPonderLitModule, GraphedStep
+    from pondernet_tutorial.fast_path import GraphedStep
+    from pondernet_tutorial.runs.module import GraphedRunModule
 
     adam = importlib.import_module("torch.optim.adam")
     monkeypatch.setattr(adam, "_get_capturable_supported_devices", lambda *a, **k: ["meta"])
@@ -30,7 +31,7 @@ def test_the_training_step_is_capturable(step, monkeypatch):
         "pointer_attention": ({"n_slots": 8}, 8, pointer_batch(12, 8, (1, 4))[0]),
     }[step]
     method_options = {"max_steps": 4, "exploration": 0.5}
-    module = GraphedPonderLitModule(
+    module = GraphedRunModule(
         step, classes, step_options=options, method="hrm", method_options=method_options
     )
     module.to("meta")

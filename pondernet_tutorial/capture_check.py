@@ -1,15 +1,18 @@
 """What a CUDA graph of a training step would not replay as the step ran eagerly, found by logging the
-step's operations with a dispatch mode: used by ``tests/runs/test_capture_safety.py`` (on PyTorch's
-``meta`` device, standing in for the GPU) and by ``benchmarks/gpu_path.py`` (on CUDA). The stand-in
-graph of ``tests/runs/test_cuda_graph.py`` replays a step by running its Python again, so a step that
-reads a value on the host, draws random numbers on the CPU or keeps a Python counter replays happily
-there and not in a real graph: :func:`capture_hazards` finds those.
+step's operations with a dispatch mode. The fast path (:mod:`~pondernet_tutorial.fast_path`) asks
+before it captures a step, and a step with a hazard trains eagerly; ``tests/runs/test_capture_safety.py``
+runs it on PyTorch's ``meta`` device, standing in for the GPU. A stand-in graph that replays a step by
+running its Python again (``tests/runs/test_cuda_graph.py``) would replay happily a step that reads a
+value on the host, draws random numbers on the CPU or keeps a Python counter; a real graph would not.
+Each hazard names the operation and the line of the step that called it.
 """
 
 from __future__ import annotations
 
+import traceback
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -29,6 +32,18 @@ _INDEXING = {
     aten.index_put_.default,
     aten._index_put_impl_.default,
 }
+
+
+_TORCH = str(Path(torch.__file__).parent)
+
+
+def _where() -> str:
+    """The line of the innermost caller outside PyTorch and this file: the step's code that ran the
+    operation (``at model.py:42 in forward``)."""
+    for frame in reversed(traceback.extract_stack()):
+        if frame.filename != __file__ and not frame.filename.startswith(_TORCH):
+            return f" at {Path(frame.filename).name}:{frame.lineno} in {frame.name}"
+    return ""
 
 
 class CaptureHazard(RuntimeError):
@@ -64,6 +79,7 @@ class CaptureCheck(TorchDispatchMode):
         return made is not None and made() is t
 
     def _flag(self, message: str) -> None:
+        message += _where()
         if message not in self.hazards:
             self.hazards.append(message)
 
@@ -71,15 +87,16 @@ class CaptureCheck(TorchDispatchMode):
         kwargs = kwargs or {}
         if func in _HOST_SYNCS or torch.Tag.data_dependent_output in func.tags:
             raise CaptureHazard(
-                f"{func}: the host waits for a value of the device (.item(), float(), bool() or an `if` on a tensor)"
+                f"{func}{_where()}: the host waits for a value of the device (.item(), float(), bool() or "
+                "an `if` on a tensor)"
             )
         if func in _INDEXING:
             if any(t is not None and t.dtype in (torch.bool, torch.uint8) for t in args[1]):
                 raise CaptureHazard(
-                    f"{func} with a boolean mask: its shape depends on the data (use torch.where)"
+                    f"{func} with a boolean mask{_where()}: its shape depends on the data (use torch.where)"
                 )
         elif torch.Tag.dynamic_output_shape in func.tags:
-            raise CaptureHazard(f"{func}: its result's shape depends on the data")
+            raise CaptureHazard(f"{func}{_where()}: its result's shape depends on the data")
         random = torch.Tag.nondeterministic_seeded in func.tags
         if random and kwargs.get("generator") is not None:
             self._flag(

@@ -1,9 +1,20 @@
-"""One training step as one CUDA graph: forward, loss, backward, gradient clipping and Adam's update.
+"""The fast path: the same training step as :class:`~pondernet_tutorial.lightning_module.PonderLitModule`,
+with the host out of the way. ``fit()`` takes it on one CUDA device; the run machinery's modules are
+built on it.
 
 A training step of a small model launches hundreds of tiny kernels (the MNIST model: about 850), and
-on a GPU the Python that launches them, not the GPU, sets the pace. PyTorch can record every kernel
-of one step once (*capture*) and launch the whole recording with one call (*replay*): the step then
-costs what the GPU needs, and the host never waits for it.
+on a GPU the Python that launches them, not the GPU, sets the pace. Three things change that without
+changing what the step computes (``tests/core/test_fast_path.py`` and ``tests/runs/test_cuda_graph.py``
+train both and compare the weights):
+
+* :class:`FastPonderLitModule` adds the step's logged values to one tensor of sums on the device instead
+  of updating one metric per value, and hands the sums to the metrics once an epoch; it clips the
+  gradients itself (``grad_clip``) and, with ``compile=True``, compiles the unroll and the loss;
+* :class:`GraphedStep` records every kernel of one whole step once (*capture*) and launches the
+  recording with one call (*replay*): forward, loss, backward, clipping and Adam's update;
+* :func:`fast_module` decides: on one CUDA device, a step that :mod:`~pondernet_tutorial.capture_check`
+  finds safe to capture is replayed from a graph, and any other trains eagerly, with one line that says
+  why.
 
 A step can be captured when nothing in it needs a value from the device on the host (no ``.item()``,
 no ``if tensor:``, no shape that depends on the data) and its tensors keep their shapes and addresses
@@ -13,29 +24,116 @@ and masks what comes after a sample's halt. What changes from step to step is co
 *static* tensors before a replay: the batch, and the learning rate, which Adam reads from a tensor on
 the device (``capturable=True``) so that a scheduler's ``fill_`` reaches the recorded update.
 
-:class:`GraphedStep` runs a few steps eagerly first (Adam creates its state on its first step; the
-recipe of PyTorch's documentation warms up on a side stream), then captures, then replays. If capture
-fails, it says so in one line and goes on eagerly with the same computation.
-
-:class:`GraphedPonderLitModule` is :class:`~pondernet_tutorial.lightning_module.PonderLitModule` with
-its training step taken by a :class:`GraphedStep` (Lightning's manual optimisation); ``train()`` uses
-it on one CUDA device. Nothing here needs a GPU to be tested: the CUDA calls sit behind
-:class:`CudaGraphs`, and the tests replace it with a stand-in graph on the CPU that replays the
-recorded step on the same tensors. What such a stand-in cannot see (a value read on the host, random
-numbers drawn on the CPU, a Python counter) the tests find in a log of the step's operations
-(``tests/capture_check.py``); ``benchmarks/gpu_path.py`` runs the real capture on a GPU.
+Nothing here needs a GPU to be tested: the CUDA calls sit behind :class:`CudaGraphs`, and the tests
+replace it with a stand-in graph on the CPU that replays the recorded step on the same tensors;
+``benchmarks/gpu_path.py`` runs the real capture on a GPU.
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable
 
+import lightning as L
 import torch
 from torch import Tensor
+from torchmetrics import MeanMetric, MetricCollection
 
-from ..steps.base import map_state
-from .module import RunModule
+from .capture_check import capture_hazards
+from .lightning_module import PonderLitModule
+from .steps.base import map_state
+
+
+class FastPonderLitModule(PonderLitModule):
+    """The plain module's training step, its logged values summed on the device.
+
+    Args:
+        model, lr, lr_schedule, lr_patience, lr_factor, eval_seed: the plain module's (saved alike).
+        grad_clip: clip the gradients' norm to this value (0: no clipping). Not saved.
+        compile: ``torch.compile`` the unroll and the loss. Not saved: a loaded model runs eagerly.
+    """
+
+    def __init__(
+        self,
+        model,
+        lr=1e-3,
+        lr_schedule="plateau",
+        lr_patience=2,
+        lr_factor=0.5,
+        eval_seed=0,
+        grad_clip: float = 0.0,
+        compile: bool = False,
+    ):
+        super().__init__(model, lr, lr_schedule, lr_patience, lr_factor, eval_seed)
+        for unsaved in ("grad_clip", "compile"):
+            self.hparams.pop(unsaved, None)
+        self.grad_clip = float(grad_clip)
+        self._fit_sums: Tensor | None = None  # per training metric, the sum over this epoch's samples
+        self._fit_count = 0
+        self.compiled = bool(compile)
+        if self.compiled:
+            self.unroll_and_loss = torch.compile(self.unroll_and_loss)
+
+    def start_sums(self) -> None:
+        """Zero sums, one per training metric, on the device: what :meth:`summed_values` adds to."""
+        self._fit_sums = torch.zeros(len(self.train_metrics), device=self.device)
+        self._fit_count = 0  # samples in those sums
+
+    def release_sums(self) -> None:
+        self._fit_sums, self._fit_count = None, 0
+
+    def summed_values(self, x, y) -> dict[str, Tensor]:
+        """The training step's values, each also added, summed over the batch, to the epoch's sums."""
+        values = self.step_values(x, y)
+        batch = y.shape[0]
+        names = self.train_metrics.keys(keep_base=True)
+        sums = [
+            v.detach().float().sum() if v.dim() else v.detach().float() * batch
+            for v in map(values.get, names)
+        ]
+        self._fit_sums.add_(torch.stack(sums))
+        return values
+
+    def log_sums(self) -> None:
+        """Hand the epoch's sums to the training metrics (each a mean over the samples, as per-step
+        updates give) and log them; then start the sums again, in place (a CUDA graph writes there)."""
+        if self._fit_count:
+            means = self._fit_sums / self._fit_count
+            for name, mean in zip(self.train_metrics.keys(keep_base=True), means):
+                self.train_metrics[name].update(mean, weight=self._fit_count)
+            self._fit_sums.zero_()
+            self._fit_count = 0
+        self.log_epoch(self.train_metrics, "train")
+
+    def on_fit_start(self) -> None:
+        self.release_sums()
+
+    def training_step(self, batch, batch_idx: int) -> Tensor:
+        x, y = batch
+        if self._fit_sums is None:
+            self.start_sums()
+        values = self.summed_values(x, y)
+        self._fit_count += y.shape[0]
+        return values["loss"]
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        if batch_idx + 1 == self.trainer.num_training_batches:  # logged before validation and callbacks
+            self.log_sums()
+
+    def on_train_epoch_end(self) -> None:
+        self.log_sums()  # a loader without a length
+
+    def stage_metrics(self, training: bool = False) -> MetricCollection:
+        """The plain module's means, without the NaN check that makes the host wait at each update."""
+        names = super().stage_metrics(training).keys(keep_base=True)
+        return MetricCollection(
+            {name: MeanMetric(nan_strategy="disable") for name in names}, compute_groups=False
+        )
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        if self.grad_clip > 0:
+            self.clip_gradients(optimizer, gradient_clip_val=self.grad_clip, gradient_clip_algorithm="norm")
 
 
 def _static_copy(dst, src) -> None:
@@ -51,6 +149,9 @@ def _shapes(batch) -> list:
     shapes = []
     map_state(lambda t: shapes.append((t.shape, t.dtype, t.device)) or t, batch)
     return shapes
+
+
+SKIP = " (fit(..., fast=False), or --no-cuda-graph on the command line, skips the attempt)"
 
 
 class CudaGraphs:
@@ -98,6 +199,9 @@ class GraphedStep:
             (the same computation; used where there is no CUDA).
         buffers: tensors besides the parameters and the optimiser's state that ``body`` writes in
             place (the sums of the logged values).
+        check: ``(x, y) -> list[str]``, what in ``body`` a graph would not replay as it ran eagerly
+            (:func:`~pondernet_tutorial.capture_check.capture_hazards`), asked once, before the
+            capture; anything found: every step runs eagerly, and a warning says what and where.
     """
 
     def __init__(
@@ -109,10 +213,11 @@ class GraphedStep:
         warmup: int = 3,
         graphs: CudaGraphs | None = None,
         buffers=(),
+        check: Callable[[Tensor, Tensor], list[str]] | None = None,
     ):
         self.body, self.parameters, self.optimizer = body, list(parameters), optimizer
         self.grad_clip, self.warmup, self.graphs = float(grad_clip), int(warmup), graphs
-        self.buffers = list(buffers)
+        self.buffers, self.check = list(buffers), check
         self.graph = None
         self.steps = 0  # steps taken, eagerly or by replay
         self.replays = 0  # steps taken by replaying the graph
@@ -197,18 +302,28 @@ class GraphedStep:
         if self.capture and self.graph is None:
             if self.steps <= self.warmup:
                 return self.graphs.warm_up(lambda: self._eager(x, y))
-            try:
-                self._capture(x, y)
-            except Exception as error:  # go on eagerly with the same computation; say so once
-                self.graphs.synchronize()
-                self.graphs, self.graph = None, None
-                self.optimizer.zero_grad(set_to_none=True)  # whatever the failed capture left
+            hazards = self.check(x, y) if self.check is not None else []
+            if hazards:  # never captured: every step runs eagerly; say why once
+                self.graphs = None
                 warnings.warn(
-                    f"CUDA graph capture failed ({type(error).__name__}: {error}); training goes on "
-                    "without it (pass --no-cuda-graph to skip the attempt).",
+                    f"the training step cannot be replayed from a CUDA graph ({hazards[0]}); it runs "
+                    f"eagerly{SKIP}.",
                     RuntimeWarning,
                     stacklevel=2,
                 )
+            else:
+                try:
+                    self._capture(x, y)
+                except Exception as error:  # go on eagerly with the same computation; say so once
+                    self.graphs.synchronize()
+                    self.graphs, self.graph = None, None
+                    self.optimizer.zero_grad(set_to_none=True)  # whatever the failed capture left
+                    warnings.warn(
+                        f"CUDA graph capture failed ({type(error).__name__}: {error}); training goes on "
+                        f"without it{SKIP}.",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
         if self.graph is not None:
             self.sync_learning_rates()
             if self._same_shapes(x, y):
@@ -229,7 +344,7 @@ class GraphedStep:
         return self._eager(x, y)  # no CUDA, capture failed, or a batch of another shape
 
 
-class GraphedPonderLitModule(RunModule):
+class GraphedPonderLitModule(FastPonderLitModule):
     """:class:`~pondernet_tutorial.lightning_module.PonderLitModule` whose training step (forward, loss,
     backward, clipping and Adam's update) is one :class:`GraphedStep`, replayed from a CUDA graph.
 
@@ -239,10 +354,11 @@ class GraphedPonderLitModule(RunModule):
     optimiser, learning-rate tensor and schedule; the weights may have moved). After ``fit`` the graph
     and its memory are let go, so the module can be copied, pickled and trained again.
 
-    The step adds its logged values to :class:`~pondernet_tutorial.runs.module.RunModule`'s tensor of
-    sums inside the graph, so the host has nothing to do for them.
+    The step adds its logged values to :class:`FastPonderLitModule`'s tensor of sums inside the graph,
+    so the host has nothing to do for them. Before the capture, :meth:`capture_hazards` looks for what
+    a graph would not replay as the step ran eagerly.
 
-    Args: those of :class:`~pondernet_tutorial.lightning_module.PonderLitModule`, and
+    Args: those of :class:`FastPonderLitModule`, and
         graphs: how to capture; ``None``: CUDA's (:class:`CudaGraphs`) on a CUDA device, and eager
             steps with the same computation elsewhere.
 
@@ -253,6 +369,7 @@ class GraphedPonderLitModule(RunModule):
 
     def __init__(self, *args, graphs: CudaGraphs | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.hparams.pop("graphs", None)  # how the step is replayed is no setting of the model
         self.automatic_optimization = False  # the replayed step optimises by hand
         self.graphs = graphs
         self._graphed: GraphedStep | None = None
@@ -271,6 +388,17 @@ class GraphedPonderLitModule(RunModule):
 
     def on_fit_end(self) -> None:
         self.release_graph()
+
+    def capture_hazards(self, x, y) -> list[str]:
+        """What in the forward pass and the loss (eagerly, even where they are compiled; no gradient, no
+        sum changed) a CUDA graph would not replay as it ran: :func:`~.capture_check.capture_hazards`."""
+        compiled = self.__dict__.pop("unroll_and_loss", None)  # the eager one is the class's
+        try:
+            with torch.no_grad():
+                return capture_hazards(lambda: self.step_values(x, y), self.device)
+        finally:
+            if compiled is not None:
+                self.unroll_and_loss = compiled
 
     def configure_optimizers(self):
         lr = torch.tensor(float(self.hparams.lr), device=self.device)  # the captured update reads a tensor
@@ -293,6 +421,7 @@ class GraphedPonderLitModule(RunModule):
                 self.grad_clip,
                 graphs=graphs,
                 buffers=[self._fit_sums],
+                check=self.capture_hazards,
             )
         before = getattr(optimizer, "_on_before_step", None)  # Lightning's count of optimiser steps
         if before is not None:
@@ -311,3 +440,68 @@ class GraphedPonderLitModule(RunModule):
         scheduler = self.lr_schedulers()
         if scheduler is not None and "val/acc" in self.trainer.callback_metrics:
             scheduler.step(self.trainer.callback_metrics["val/acc"])
+
+
+GRAPH_PRECISIONS_EXCLUDED = ("16-mixed", "16")  # GradScaler's step waits for the device: not capturable
+
+
+def graph_blockers(trainer: L.Trainer, precision=None) -> list[str]:
+    """What a CUDA graph of the training step needs and ``trainer`` lacks (empty: nothing): one CUDA
+    device in one process, and a precision without a gradient scaler. A bf16 precision on a GPU
+    without bf16 tensor cores gets a warning (it is slower there than 32-true)."""
+    from lightning.pytorch.accelerators import CUDAAccelerator
+
+    precision = str(precision if precision is not None else trainer.precision)
+    reasons = []
+    on_cuda = isinstance(trainer.accelerator, CUDAAccelerator)
+    if not on_cuda:
+        reasons.append("a CUDA device")
+    if trainer.world_size != 1:  # devices across nodes count too: ddp with one device per node is 2
+        reasons.append("exactly one device in one process")
+    if precision in GRAPH_PRECISIONS_EXCLUDED:
+        reasons.append("a precision without a gradient scaler (not 16-mixed)")
+    if on_cuda and precision.startswith("bf16") and slow_bf16():
+        major, minor = torch.cuda.get_device_capability()
+        print(
+            f"warning: {torch.cuda.get_device_name()} (compute capability {major}.{minor}) has no bf16 "
+            f"tensor cores: precision {precision} is slower there than 32-true; choose 32-true "
+            "(--precision 32-true on the command line), or 16-mixed (without the CUDA graph).",
+            file=sys.stderr,
+        )
+    return reasons
+
+
+def slow_bf16() -> bool:
+    """bf16 runs without tensor cores of its own (and cuDNN's bf16 convolutions) on a GPU older than
+    compute capability 8.0 (Ampere): a T4, Colab's free GPU, is 7.5."""
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() < (8, 0)
+
+
+def fast_module(module: PonderLitModule, trainer: L.Trainer, fast: bool | None = None) -> PonderLitModule:
+    """The module that ``trainer`` fits in ``module``'s place: ``module`` itself, or on one CUDA device
+    a :class:`GraphedPonderLitModule` over the very same model (its weights are ``module``'s), with the
+    plain module's settings and the Trainer's gradient clipping.
+
+    ``fast``: ``None`` takes the fast path wherever it can, ``False`` never, ``True`` or a
+    ``ValueError`` that says what is missing. A module that is already fast is fitted as it is; a
+    subclass of the plain module (its own training step) is too, with one line that says so.
+    """
+    if fast is False or isinstance(module, FastPonderLitModule):
+        return module
+    missing = graph_blockers(trainer)
+    if trainer.gradient_clip_algorithm not in (None, "norm"):
+        missing.append("gradient clipping by norm (gradient_clip_algorithm='norm')")
+    if type(module) is not PonderLitModule:
+        missing.append(f"the plain PonderLitModule, not {type(module).__name__} (its own training step)")
+    if missing:
+        if fast:
+            raise ValueError(f"fit(fast=True) needs {', '.join(missing)}: drop fast=True.")
+        if len(missing) == 1 and type(module) is not PonderLitModule:
+            print(
+                f"fit: {type(module).__name__} trains eagerly: the fast path wraps only the plain PonderLitModule.",
+                file=sys.stderr,
+            )
+        return module
+    clip = float(trainer.gradient_clip_val or 0.0)
+    trainer.gradient_clip_val = None  # the graphed step clips (Lightning's manual optimisation does not)
+    return GraphedPonderLitModule(module.model, **module.hparams, grad_clip=clip, graphs=CudaGraphs())
