@@ -4,6 +4,7 @@ arguments and the run's loggers."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import lightning as L
@@ -110,12 +111,10 @@ def make_loggers(config: TrainConfig, save_dir: Path) -> list:
         return [csv, loggers.TensorBoardLogger(save_dir, name="", version="")]
     if config.logger == "wandb":
         name = f"{config.experiment}-{config.variant}-seed{config.seed}"
-        return [
-            csv,
-            loggers.WandbLogger(
-                project="pondernet-tutorial", save_dir=str(save_dir), name=name, offline=True
-            ),
-        ]
+        wandb = loggers.WandbLogger(
+            project="pondernet-tutorial", save_dir=str(save_dir), name=name, offline=True
+        )
+        return [csv, wandb]
     return [csv]
 
 
@@ -125,13 +124,8 @@ class MissingPackageError(ValueError):
 
 def check_logger_available(logger: str) -> None:
     """Fail before any folder is made if the chosen logger's package is missing."""
-    module = {"tensorboard": "tensorboard", "wandb": "wandb"}.get(logger)
-    if module is None:
-        return
-    import importlib.util
-
-    if importlib.util.find_spec(module) is None:
-        raise MissingPackageError(f"--logger {logger} needs the {module} package: pip install {module}.")
+    if logger in ("tensorboard", "wandb") and importlib.util.find_spec(logger) is None:
+        raise MissingPackageError(f"--logger {logger} needs the {logger} package: pip install {logger}.")
 
 
 def trainer_options(config: TrainConfig) -> dict:

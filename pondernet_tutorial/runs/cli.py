@@ -12,14 +12,7 @@ import os
 import sys
 from dataclasses import fields
 
-from .config import (
-    FIELD_OPTIONS,
-    PRETRAINED_DIR,
-    WEIGHTS,
-    TrainConfig,
-    default_value,
-    other_methods_options,
-)
+from .config import FIELD_OPTIONS, PRETRAINED_DIR, WEIGHTS, TrainConfig, default_value, other_methods_options
 from .options import Option, all_method_options, at_least, method_option_names
 from .processes import command_name
 from .registry import EXPERIMENTS, METHODS, STEPS, get_experiment
@@ -207,24 +200,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_options(
         p_eval.add_argument_group("the shipped run's options (with --pretrained, as in train)"), run_options()
     )
+    for flag, help in (
+        ("--angles", "MNIST: exact angles in degrees, counter-clockwise positive [-180 -165 ... 180]"),
+        ("--uniform", "MNIST: half-ranges ±θ of uniform rotation [22.5 45 67.5 90]"),
+    ):
+        p_eval.add_argument(flag, type=float, nargs="*", help=help)
+    p_eval.add_argument("--limit", type=int, help=LIMIT.help)
+    p_eval.add_argument("--data-dir", help=FIELD_OPTIONS["data_dir"].help)
     p_eval.add_argument(
-        "--angles",
-        type=float,
-        nargs="*",
-        default=None,
-        help="MNIST: exact angles in degrees, counter-clockwise positive [-180 -165 ... 180]",
-    )
-    p_eval.add_argument(
-        "--uniform",
-        type=float,
-        nargs="*",
-        default=None,
-        help="MNIST: half-ranges ±θ of uniform rotation [22.5 45 67.5 90]",
-    )
-    p_eval.add_argument("--limit", type=int, default=None, help=LIMIT.help)
-    p_eval.add_argument("--data-dir", default=None, help=FIELD_OPTIONS["data_dir"].help)
-    p_eval.add_argument(
-        "--output", default=None, help="write the per-sample table to this CSV file (its folder must exist)"
+        "--output", help="write the per-sample table to this CSV file (its folder must exist)"
     )
     p_eval.add_argument(
         "--trust-code",
@@ -303,8 +287,6 @@ def _destination(args) -> str:
     if args.command == "evaluate":
         return args.output or os.path.dirname(args.checkpoint or "") or os.curdir
     if getattr(args, "ship", False):
-        from .config import PRETRAINED_DIR
-
         return str(PRETRAINED_DIR)
     return getattr(args, "output_dir", None) or TrainConfig().output_dir
 
@@ -349,29 +331,22 @@ def _user_errors():
     )
 
 
-def _config(values: dict) -> TrainConfig:
+def _checked(check, *args, **kwargs):
+    """``check(*args, **kwargs)``, its ``ValueError`` (or ``TypeError``) turned into a user error."""
     try:
-        return TrainConfig.from_options(**values)
+        return check(*args, **kwargs)
     except (ValueError, TypeError) as error:
-        raise UserError(str(error)) from error
-
-
-def _checked(check, *args):
-    """``check(*args)``, its ``ValueError`` turned into a user error."""
-    try:
-        return check(*args)
-    except ValueError as error:
         raise UserError(str(error)) from error
 
 
 def _run(args) -> int:
     if args.command == "list":
         return _list()
-    from .config import PRETRAINED_DIR, check_writable_folder
+    from .config import check_writable_folder
 
     # The configuration and the output folder are checked first: a mistake there costs no PyTorch import.
     if args.command == "train":
-        config = _config(_config_values(args, config_names()))
+        config = _checked(TrainConfig.from_options, **_config_values(args, config_names()))
         _checked(check_writable_folder, config.output_dir)
         from .build import check_model
 
@@ -383,7 +358,9 @@ def _run(args) -> int:
         if args.ship and args.quick:
             raise UserError("quick runs are never shipped as pretrained results: drop --quick or --ship.")
         given = _config_values(args, REPRODUCE_OPTIONS)
-        checked = _config({"quick": args.quick, **given})  # the shared options, before any training
+        checked = _checked(
+            TrainConfig.from_options, quick=args.quick, **given
+        )  # the shared options, before any training
         common = {name: getattr(checked, name) for name in given}  # as checked (devices "2" -> 2)
         _checked(
             check_writable_folder, PRETRAINED_DIR if args.ship else args.output_dir, "--output-dir", args.ship
@@ -491,7 +468,7 @@ def _evaluate(args) -> None:
             config.experiment, config.method, config.seed, trust_code=args.trust_code, **given
         )
     else:
-        config = _config({"experiment": experiment_name})
+        config = _checked(TrainConfig.from_options, experiment=experiment_name)
         module = load_model(args.checkpoint, trust_code=args.trust_code)
         hparams = module.hparams
         _checked(
@@ -561,14 +538,13 @@ def _pretrained_config(args, given: dict) -> TrainConfig:
             f"--{name.replace('_', '-')} is an option of {' and '.join(owners)}, not of {args.method}: "
             f"add --method {owners[0]}."
         )
-    config = _config(
-        {
-            "experiment": args.pretrained,
-            "method": args.method,
-            "seed": args.seed,
-            "output_dir": str(PRETRAINED_DIR),
-            **given,
-        }
+    config = _checked(
+        TrainConfig.from_options,
+        experiment=args.pretrained,
+        method=args.method,
+        seed=args.seed,
+        output_dir=str(PRETRAINED_DIR),
+        **given,
     )
     variants = shipped_runs().get(args.pretrained, {})
     if config.seed in variants.get(config.variant, []):
@@ -594,7 +570,6 @@ def _recorded_experiment(checkpoint) -> str | None:
 
 
 def _list() -> int:
-    from .config import PRETRAINED_DIR
     from .studies import STUDIES
 
     print("experiments:")
@@ -618,16 +593,13 @@ def _readable_run_name(run_dir) -> str:
     """``experiment/variant`` of a run folder, with an option whose value is a dictionary written out
     with its own ``=`` (``step_options=(exit_feature=false,n_slots=32)``; the folder name, made of the
     characters every file system keeps, reads ``step_options=exit_featurefalse_n_slots32``)."""
-    import json
-
     from .config import _slug
-    from .files import read_regular
+    from .files import read_json
 
     name = f"{run_dir.parent.name}/{run_dir.name}"
     try:
-        metadata = json.loads(read_regular(next(run_dir.glob("seed*/metadata.json"))).decode("utf-8"))
-        options = metadata["config"]
-    except (StopIteration, OSError, ValueError, KeyError, TypeError):
+        options = read_json(next(run_dir.glob("seed*/metadata.json")))["config"]  # None: unreadable
+    except (StopIteration, KeyError, TypeError):
         return name  # the folder name, as it is
     for key, value in options.items():
         if isinstance(value, dict) and value:

@@ -47,7 +47,6 @@ from .registry import EXPERIMENTS, METHODS, NAMED_IN_FOLDER, STEPS, UNUSED_WHEN,
 PRETRAINED_DIR = Path(__file__).parents[1] / "pretrained"  # the shipped runs
 WEIGHTS = "model.safetensors"  # a run's model file: its weights, and its hyperparameters in the header
 
-LR_SCHEDULES = ("plateau", "constant")
 LOGGERS = ("csv", "tensorboard", "wandb")
 PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "64-true", "bf16-true", "16-true")
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")  # Lightning's names
@@ -87,13 +86,7 @@ def check_devices(devices, name: str = "devices"):
             devices = int(text)
         elif "," in text and all(part.strip().isdigit() for part in text.split(",") if part.strip()):
             devices = [int(part) for part in text.split(",") if part.strip()]
-    if devices == "auto":
-        return devices
-    if isinstance(devices, int) and not isinstance(devices, bool):
-        if devices < 1:
-            raise ValueError(
-                f"{name} must be auto, a count >= 1 or a list of indices such as 0,1, got {devices}."
-            )
+    if devices == "auto" or (isinstance(devices, int) and not isinstance(devices, bool) and devices >= 1):
         return devices
     if isinstance(devices, (list, tuple)) and devices and all(isinstance(d, int) and d >= 0 for d in devices):
         return list(devices)
@@ -148,17 +141,10 @@ def check_cpu_devices(accelerator: str, devices) -> None:
 # ------------------------------------------------------------------ the configuration
 @dataclass
 class TrainConfig:
-    """Everything a run depends on. ``None`` means: the experiment's default, else the global one.
-
-    Each field is declared once, with its type, global default, help, choices and range check
-    (:func:`setting`). ``method_options`` holds the halting method's keyword arguments
-    (``{"lambda_p": 0.1}``) and ``step_options`` the step function's: an option left out takes the
-    experiment's default, else the constructor's, which declares it (:func:`~.options.method_options`).
-    Fields are grouped as: what is trained (experiment, method, step function and their options), how
-    (optimiser, schedule, stopping), and where (device, folders, logger; not part of the identity).
-    :meth:`from_options` takes the method's options as keywords of their own, as run folders and the
-    command line name them.
-    """
+    """Everything a run depends on (see the module's docstring): what is trained, how, and where (device,
+    folders, logger: not part of the identity). ``method_options`` holds the halting method's keywords
+    (``{"lambda_p": 0.1}``), ``step_options`` the step function's; one left out takes the experiment's
+    default, else the constructor's."""
 
     experiment: str = setting(
         str,
@@ -206,7 +192,7 @@ class TrainConfig:
         "command line each is a flag of its own",
     )
     lr_schedule: str | None = setting(
-        str, "plateau", "plateau (ReduceLROnPlateau on val/acc) or constant", choices=LR_SCHEDULES
+        str, "plateau", "plateau (ReduceLROnPlateau on val/acc) or constant", choices=("plateau", "constant")
     )
     lr_patience: int | None = setting(
         int, 2, "ReduceLROnPlateau: epochs without improvement before the rate is lowered", check=at_least(0)
@@ -267,12 +253,7 @@ class TrainConfig:
         reproduce=True,
     )
     accelerator: str = setting(
-        str,
-        "auto",
-        "Lightning accelerator",
-        choices=ACCELERATORS,
-        identity=False,
-        reproduce=True,
+        str, "auto", "Lightning accelerator", choices=ACCELERATORS, identity=False, reproduce=True
     )
     devices: str | int = setting(
         object,
@@ -605,12 +586,6 @@ def check_model_fits(experiment: str, n_classes: int, step_options: dict, what: 
             )
 
 
-def _nearest_existing(path: Path) -> Path:
-    while not path.exists() and not path.is_symlink() and path != path.parent:
-        path = path.parent
-    return path
-
-
 def _check_can_write_in(folder: Path, what: str) -> None:
     try:  # a temporary file, removed at once: the only test that a root user, a read-only disk or /proc all answer truly
         with tempfile.TemporaryFile(dir=folder):
@@ -641,8 +616,9 @@ def check_writable_folder(path: str | os.PathLike, what: str = "--output-dir", s
     shipped runs' folder or lies below it; nothing is created."""
     if not ship:
         check_not_shipped(path, what)
-    path = Path(path).expanduser()
-    existing = _nearest_existing(path)
+    path = existing = Path(path).expanduser()
+    while not existing.exists() and not existing.is_symlink() and existing != existing.parent:
+        existing = existing.parent  # the nearest folder that is there
     if not existing.is_dir():
         where = "is a file" if existing == path else f"lies under the file {existing}"
         raise ValueError(f"{what} {path} {where}, not a folder: choose another folder.")

@@ -6,12 +6,7 @@ constructor's source by :func:`constructor_options`, without importing it (it im
 ``python -m pondernet_tutorial --help`` should not wait for that), and the constructor checks each
 value's range when the model is built. Registering a class in :data:`~.registry.METHODS` or
 :data:`~.registry.STEPS` is all it takes to put its options on the command line and in
-:class:`~.config.TrainConfig`.
-
-A run's own settings (epochs, learning rate, devices, folders) are the fields of
-:class:`~.config.TrainConfig`, each declared there by an :class:`Option`: type, default, help and range
-check. A range check is a function ``check(value, name) -> value`` that returns the value (as a
-``float`` or an ``int``) or raises a ``ValueError`` that names the option, the range and what was given.
+:class:`~.config.TrainConfig`, whose own fields are each declared by an :class:`Option`.
 """
 
 from __future__ import annotations
@@ -29,7 +24,8 @@ from typing import Any
 
 from .registry import METHODS, STEPS, import_path
 
-Check = Callable[[Any, str], Any]
+Check = Callable[[Any, str], Any]  # (value, name) -> value, or a ValueError naming the option and the range
+FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max
 
 
 @dataclass(frozen=True)
@@ -94,7 +90,10 @@ def of_type(kind: type, value: Any, name: str) -> Any:
     if kind is float:
         if not isinstance(value, numbers.Real) or isinstance(value, bool):
             raise ValueError(f"{name} must be a number, got {value!r}.")
-        return check_finite(value, name)
+        value = float(value)  # NaN, ±inf and what overflows float32, the models' numbers, are refused
+        if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
+            raise ValueError(f"{name} must be a finite number (at most 3.4e38 in size), got {value}.")
+        return value
     if kind is str and not isinstance(value, str):
         raise ValueError(f"{name} must be a string, got {value!r}.")
     if kind is dict and not isinstance(value, dict):
@@ -103,48 +102,43 @@ def of_type(kind: type, value: Any, name: str) -> Any:
 
 
 # ------------------------------------------------------------------ generic range checks
-FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max: the models' numbers are float32
+def _check(holds: Callable[[Any], bool], must: str) -> Check:
+    """The check that ``holds(value)`` (False for NaN), else ``"<name> must <must>, got <value>."``."""
 
+    def check(value, name):
+        if not holds(value):
+            raise ValueError(f"{name} must {must}, got {value!r}.")
+        return value
 
-def check_finite(value: float, name: str = "value") -> float:
-    """A finite float that float32 holds: NaN, ±inf and values that overflow to ±inf in the model
-    (|x| > 3.4e38) are refused, never trained on."""
-    value = float(value)
-    if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
-        raise ValueError(f"{name} must be a finite number (at most 3.4e38 in size), got {value}.")
-    return value
+    return check
 
 
 def at_least(low: float) -> Check:
-    """The check ``value >= low``."""
+    return _check(lambda value: value >= low, f"be >= {low}")
 
-    def check(value, name):
-        if not value >= low:  # False for NaN
-            raise ValueError(f"{name} must be >= {low}, got {value!r}.")
-        return value
 
-    return check
+def above(low: float) -> Check:
+    return _check(lambda value: value > low, f"be > {low}")
 
 
 def at_most(high: float, reason: str) -> Check:
-    """The check ``value <= high``; ``reason`` says why the maximum is there (memory, time)."""
-
-    def check(value, name):
-        if not value <= high:
-            raise ValueError(f"{name} must be <= {high:,} ({reason}), got {value!r}.")
-        return value
-
-    return check
+    """``reason`` says why the maximum is there (memory, time)."""
+    return _check(lambda value: value <= high, f"be <= {high:,} ({reason})")
 
 
 def in_range(low: float, high: float, reason: str) -> Check:
-    """The check ``low <= value <= high``: a declared maximum, with its reason, on a size."""
+    """``low <= value <= high``: a declared maximum, with its reason, on a size."""
     lower, upper = at_least(low), at_most(high, reason)
+    return lambda value, name: upper(lower(value, name), name)
 
-    def check(value, name):
-        return upper(lower(value, name), name)
 
-    return check
+def between(low: float, high: float, closed: str = "neither") -> Check:
+    """``low < value < high``; ``closed`` (``"left"``, ``"right"``, ``"both"``) admits those ends."""
+    left, right = closed in ("left", "both"), closed in ("right", "both")
+    return _check(
+        lambda value: (low <= value if left else low < value) and (value <= high if right else value < high),
+        f"lie in {'[' if left else '('}{low}, {high}{']' if right else ')'}",
+    )
 
 
 # ------------------------------------------------------------------ maxima of the sizes
@@ -159,33 +153,6 @@ MAX_EPOCHS = 10000  # training time
 EPOCHS_REASON = "training time"
 MAX_PARAMETERS = 200_000_000  # a model's weights: 800 MB in float32, 25 times the largest model of the book
 PARAMETERS_REASON = "the model's weights: 800 MB in float32"
-
-
-def above(low: float) -> Check:
-    """The check ``value > low``."""
-
-    def check(value, name):
-        if not value > low:
-            raise ValueError(f"{name} must be > {low}, got {value!r}.")
-        return value
-
-    return check
-
-
-def between(low: float, high: float, closed: str = "neither") -> Check:
-    """The check ``low < value < high``; ``closed``: ``"left"``, ``"right"``, ``"both"`` or ``"neither"``
-    says which ends are allowed."""
-    left, right = closed in ("left", "both"), closed in ("right", "both")
-    interval = f"{'[' if left else '('}{low}, {high}{']' if right else ')'}"
-
-    def check(value, name):
-        if not ((low <= value) if left else (low < value)) or not (
-            (value <= high) if right else (value < high)
-        ):
-            raise ValueError(f"{name} must lie in {interval}, got {value!r}.")
-        return value
-
-    return check
 
 
 # ------------------------------------------------------------------ N, with its maximum
@@ -223,9 +190,7 @@ class Parameter:
     help: str
 
     def validate(self, name: str, value: Any) -> Any:
-        """``value`` of the declared type (an integral float becomes an int, an int a float where a
-        float is declared), or a ``ValueError`` that names the option; the range is the
-        constructor's to check."""
+        """As :meth:`Option.validate`, the type only: the range is the constructor's to check."""
         if value is None and (self.optional or self.default is None):
             return None
         return of_type(self.type, value, name)

@@ -1,10 +1,7 @@
 """The registry: every experiment of the book, and every step function, halting method and loss, by name.
 
-An :class:`Experiment` names its data module, its default step function, the number of classes, the
-data options (MNIST's training rotation, parity's lengths), the training defaults that differ from
-:class:`~pondernet_tutorial.runs.config.TrainConfig`'s, its quick (CI) settings and how its evaluation
-tables are grouped. Everything else (training, evaluation, checkpoints, the command line, the
-notebooks) looks experiments up here, so a new experiment is one new entry in :data:`EXPERIMENTS`.
+Everything else (training, evaluation, checkpoints, the command line, the notebooks) looks experiments
+up here, so a new experiment is one new :class:`Experiment` in :data:`EXPERIMENTS`.
 
 A step function, a halting method and a task loss are registered by name in :data:`STEPS`,
 :data:`METHODS` and :data:`LOSSES`: the names that configurations, run folders and checkpoints use. The
@@ -23,10 +20,6 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-MNIST_DATA = "pondernet_tutorial.data.modules:MNISTDataModule"
-PARITY_DATA = "pondernet_tutorial.data.modules:ParityDataModule"
-POINTER_DATA = "pondernet_tutorial.data.modules:PointerDataModule"
 
 
 @dataclass(frozen=True)
@@ -67,7 +60,7 @@ class Experiment:
 
 
 _MNIST = dict(
-    datamodule=MNIST_DATA,
+    datamodule="pondernet_tutorial.data.modules:MNISTDataModule",
     step="mnist_mlp",
     step_options={"hidden_size": 64, "embedding_size": 64, "dropout": 0.5},
     n_classes=10,
@@ -78,7 +71,7 @@ _MNIST = dict(
 )
 PARITY_ELEMENTS = 16  # labml's set-up, as the book's first parity runs use it (labml's own code: 8)
 _PARITY_BASE = dict(
-    datamodule=PARITY_DATA,
+    datamodule="pondernet_tutorial.data.modules:ParityDataModule",
     n_classes=2,
     quick={"epochs": 2, "train_subset": 2560, "limit": 50},
     group_by=("set", "k"),
@@ -99,16 +92,14 @@ _LABML_DEFAULTS = {
 # (ε = 0.01, halting bias +1). What the papers do not state is this package's choice: no gradient
 # clipping, the training budget, the remaining mass on the step where the ε rule stops.
 PAPER_EVAL_STEPS = 100
+_HALTING = ("pondernet", "act", "trm", "hrm")  # the methods that halt (fixed evaluates its N steps)
 _PAPER_DEFAULTS = {
     **_LABML_DEFAULTS,
     "grad_clip": 0.0,
     "lambda_p": 0.1,
     "beta": 0.01,
     "train_epsilon": 0.05,
-    "pondernet.eval_max_steps": PAPER_EVAL_STEPS,
-    "act.eval_max_steps": PAPER_EVAL_STEPS,
-    "trm.eval_max_steps": PAPER_EVAL_STEPS,
-    "hrm.eval_max_steps": PAPER_EVAL_STEPS,
+    **{f"{method}.eval_max_steps": PAPER_EVAL_STEPS for method in _HALTING},
     "act.halting_bias": 1.0,  # Graves (2016, §3): "the initial halting unit bias b_h ... was 1"
 }
 
@@ -148,7 +139,7 @@ def parity_experiments(name: str, n_elements: int, setup: str, settings=("interp
 # Pointer chasing: walks through 1 to 8 slots in training, 9 to 16 beyond it, among 32 slots.
 POINTER_SLOTS, POINTER_TRAIN_K, POINTER_BEYOND_K = 32, (1, 8), (9, 16)
 _POINTER = dict(
-    datamodule=POINTER_DATA,
+    datamodule="pondernet_tutorial.data.modules:PointerDataModule",
     step="pointer_attention",
     step_options={"n_slots": POINTER_SLOTS},  # 64 GRU units, keys of 32: the step function's defaults
     n_classes=POINTER_SLOTS,
@@ -162,10 +153,7 @@ _POINTER = dict(
         "tau": 1e-2,
         "compile": True,
         # walks beyond the training range need more steps than training's budget
-        "pondernet.eval_max_steps": 20,
-        "act.eval_max_steps": 20,
-        "trm.eval_max_steps": 20,
-        "hrm.eval_max_steps": 20,
+        **{f"{method}.eval_max_steps": 20 for method in _HALTING},
         # accuracy reaches 1.0 within an epoch or two, while halting still settles: keep the epoch of
         # the lowest validation loss, not the first perfect one
         "select_by": "val/loss",
@@ -315,14 +303,9 @@ def keyword_names(obj, skip=()) -> set[str]:
 
 def check_registered(spec, registry: dict[str, str], kind: str, options: dict | None = None, skip=()) -> None:
     """Check a component that a *file* names (a checkpoint's hyperparameters), importing nothing but
-    registered components.
-
-    Accepted: a name in ``registry``, or ``{"partial": <registered name>, "keywords": {...}}``, whose
-    options (``options``, the partial's keywords) are plain data and are parameters that the
-    component declares (``skip``: those the caller passes itself). Import paths, callables and
-    options the component does not declare raise :class:`UnregisteredComponentError`: only code the
-    user runs may name components by import path.
-    """
+    registered components: a name in ``registry`` or ``{"partial": <registered name>, "keywords": {...}}``,
+    whose options (``options``, the keywords; ``skip``: what the caller passes) are plain data that the
+    component declares. Anything else raises :class:`UnregisteredComponentError`."""
     keywords = {}
     if isinstance(spec, dict) and set(spec) <= {"partial", "keywords"} and "partial" in spec:
         keywords = spec.get("keywords") or {}
