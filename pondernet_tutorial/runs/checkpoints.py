@@ -1,22 +1,13 @@
 """Model weights as data, and the pretrained runs shipped with the package.
 
-A model file (``model.safetensors``) is a `safetensors <https://huggingface.co/docs/safetensors>`_ file:
-the tensors of the module's ``state_dict``, and in its header, as JSON text, the format and the module's
-hyperparameters. Reading it parses JSON and copies bytes, never unpickles anything, so it cannot run
-code; it is read once, through the open file that was checked, and its header declares every tensor's
-shape, so the size of the model is checked before any tensor is made, and a file cannot ask for more
-memory than its size. Weights that no training writes (NaN, infinities, integers) are refused. A run
-folder also holds its configuration in ``metadata.json`` beside the weights.
-
-The hyperparameters name the step function, the halting method and the loss by registered name, so
-any run that the registry describes is rebuilt from its file. What they name is looked up among the
-registered components (:data:`~.registry.STEPS`, :data:`~.registry.METHODS`,
-:data:`~.registry.LOSSES`), with the options they declare, and nothing else is imported or called, unless the caller trusts the file (``trust_code=True``, ``evaluate --trust-code``),
-as with Hugging Face's ``trust_remote_code``. A model file in a run folder must also be the model that
-the folder's ``metadata.json`` records, and the one that the caller asks for.
-
-Shipped runs live in ``pretrained/<experiment>/<variant>/seed<k>/`` like any run folder, and
-:func:`load_pretrained` finds them by experiment, method, options and seed.
+A model file (``model.safetensors``) holds the module's ``state_dict`` and, in its header, the format
+and the hyperparameters. Reading it never unpickles anything; the file is read once, through the open
+file that was checked, and the declared shapes are counted before any tensor is made. Weights that no
+training writes (NaN, infinities, integers) are refused. The hyperparameters name registered
+components only (:data:`~.registry.STEPS`, :data:`~.registry.METHODS`, :data:`~.registry.LOSSES`)
+unless the caller trusts the file (``trust_code=True``, as Hugging Face's ``trust_remote_code``); a
+model file must also be the model that its folder's ``metadata.json`` records and the caller asks for.
+Shipped runs lie in ``pretrained/<experiment>/<variant>/seed<k>/`` (:func:`load_pretrained`).
 """
 
 from __future__ import annotations
@@ -52,6 +43,7 @@ TRUST_HINT = "Load it only if you trust the file: load_model(..., trust_code=Tru
 # MAX_HEADER_BYTES (the package writes a few kB)
 MAX_HEADER_BYTES = 2**20
 MAX_WEIGHTS_BYTES = 8 * MAX_PARAMETERS + MAX_HEADER_BYTES
+NOT_SAVED = {"self", "grad_clip", "compile"}  # RunModule's arguments that a model file never holds
 
 
 def save_weights(module: RunModule, path: str | os.PathLike) -> Path:
@@ -65,34 +57,10 @@ def save_weights(module: RunModule, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-def _accepted_hparams() -> set[str]:
-    return set(inspect.signature(RunModule.__init__).parameters) - {
-        "self",
-        "grad_clip",
-        "compile",
-    }
-
-
-def _read_weights(path: Path) -> tuple[dict, dict]:
-    """The hyperparameters in a model file's header (:func:`read_header`), and its tensors: safetensors
-    checks again that the header covers the bytes exactly as it makes them (``safetensors.torch.load``)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load
-
-    hparams, data = read_header(path)
-    try:
-        return hparams, load(data)
-    except (SafetensorError, ValueError, TypeError) as error:
-        raise CheckpointError(f"{path} is not a whole {WEIGHTS} file ({one_line(error)})") from None
-
-
 def read_header(path: Path) -> tuple[dict, bytes]:
     """The hyperparameters in a model file's header, and the file's bytes, checked as a whole file
-    without making any tensor. The file is opened once, as a regular file (a FIFO or a device never
-    blocks or fills the memory) no bigger than the largest model allowed, and its bytes are read
-    through that one open file (a file swapped in after the check is never read). Its header is parsed
-    from those bytes: its size must lie within the file, its tensors must cover the bytes after it
-    exactly, and the declared weights are counted.
+    without making any tensor: one open of a regular file of bounded size (:func:`read_regular`), a
+    header within the file whose tensors cover the bytes after it exactly, and the weights counted.
 
     Raises:
         CheckpointError: one line on why the file is not a whole model file of this package's format.
@@ -214,10 +182,7 @@ def _check_sizes(hparams: dict, path: Path) -> None:
             ("step option", (step_options(step) if isinstance(step, str) else None) or {}, "step_options"),
             ("method option", method_options(method) if method in METHODS else {}, "method_options"),
         ):
-            given = hparams.get(values) or {}
-            if not isinstance(given, dict):
-                raise ValueError(f"its {values} are not a dictionary")
-            for key, value in given.items():
+            for key, value in (hparams.get(values) or {}).items():  # dictionaries: load_model checked
                 if key in declared:
                     declared[key].validate(f"{name} {key}", value)
                 if key in ("max_steps", "eval_max_steps") and value is not None:
@@ -268,11 +233,18 @@ def load_model(
             the caller asks for, or its weights do not fit the model its hyperparameters describe.
             The message is one line.
     """
+    from safetensors import SafetensorError
+    from safetensors.torch import load as safetensors_load
+
     path = Path(path)
     if not os.path.lexists(path):
         raise CheckpointError(f"no model file at {path}; train one with `{command_name()} train`.")
-    hparams, state = _read_weights(path)
-    unknown = sorted(set(hparams) - _accepted_hparams())
+    hparams, data = read_header(path)
+    try:  # safetensors checks again that the header covers the bytes exactly
+        state = safetensors_load(data)
+    except (SafetensorError, ValueError, TypeError) as error:
+        raise CheckpointError(f"{path} is not a whole {WEIGHTS} file ({one_line(error)})") from None
+    unknown = sorted(set(hparams) - set(inspect.signature(RunModule.__init__).parameters) - NOT_SAVED)
     if unknown:
         raise CheckpointError(f"{path} has hyperparameters this package does not know: {', '.join(unknown)}.")
     for name in ("step_options", "method_options"):
@@ -321,13 +293,6 @@ def load_model(
     return module.to(map_location).eval()
 
 
-def pretrained_config(experiment: str, method: str = "pondernet", seed: int = 0, **options) -> TrainConfig:
-    """The configuration of a shipped run (``options`` as in :meth:`TrainConfig.from_options`)."""
-    return TrainConfig.from_options(
-        experiment=experiment, method=method, seed=seed, output_dir=str(PRETRAINED_DIR), **options
-    )
-
-
 def available_pretrained(root: str | os.PathLike | None = None) -> list[dict]:
     """Every shipped run with weights: ``[{"experiment", "variant", "seed", "path"}, ...]``."""
     root = Path(root or PRETRAINED_DIR)
@@ -370,7 +335,9 @@ def load_pretrained(
         raise CheckpointError(
             f"{name} is an option of {' and '.join(owners)}, not of {method}: pass method={owners[0]!r}."
         )
-    config = pretrained_config(experiment, method, seed, **options)
+    config = TrainConfig.from_options(
+        experiment=experiment, method=method, seed=seed, output_dir=str(PRETRAINED_DIR), **options
+    )
     folder = config.run_dir
     if not (folder / WEIGHTS).is_file():
         have = sorted({f"{r['experiment']}/{r['variant']}" for r in available_pretrained()})
@@ -378,7 +345,11 @@ def load_pretrained(
             f"no shipped model {experiment}/{config.variant} for seed {seed}; shipped: "
             f"{', '.join(have) or 'none'}. Train it with `{command_name()} reproduce`."
         )
-    metadata = _shipped_metadata(folder)
+    metadata = read_json(folder / "metadata.json")
+    if metadata is None:
+        raise CheckpointError(
+            f"the metadata.json of the shipped run in {folder} is missing or damaged: reinstall the package."
+        )
     try:
         check_same_identity(metadata.get("identity", {}), config.identity(), f"the shipped run in {folder}")
     except ValueError as error:
@@ -389,9 +360,9 @@ def load_pretrained(
 def _check_pretrained_options(options: dict, method: str) -> None:
     """Refuse, in one line that names what is accepted, a keyword that is not an option of a run."""
     accepted = {f.name for f in fields(TrainConfig)} - {"experiment", "method", "seed", "output_dir"}
-    odd = sorted(
-        set(options) - accepted - set(other_methods_options(method, options)) - _method_options(method)
-    )
+    accepted |= set(other_methods_options(method, options))
+    accepted |= set(method_options(method) if method in METHODS else ())
+    odd = sorted(set(options) - accepted)
     if not odd:
         return
     where = (
@@ -405,16 +376,3 @@ def _check_pretrained_options(options: dict, method: str) -> None:
         "seed, map_location, trust_code and the options of TrainConfig that name a run (lambda_p, beta, tau, "
         "max_steps, step_options, ...)."
     )
-
-
-def _method_options(method: str) -> set[str]:
-    return set(method_options(method)) if method in METHODS else set()
-
-
-def _shipped_metadata(folder: Path) -> dict:
-    metadata = read_json(folder / "metadata.json")
-    if metadata is None:
-        raise CheckpointError(
-            f"the metadata.json of the shipped run in {folder} is missing or damaged: reinstall the package."
-        )
-    return metadata

@@ -1,24 +1,13 @@
 """Evaluate a trained run on its experiment's test sets: per-sample, per-group, per-step and per-class
 tables.
 
-For every test sample the tables record the answer at the halting step that inference takes
-(PonderNet's sampled step, ACT's ``N(x)``, the fixed ``k``), that step, the expected steps
-``Σ_n n p_n``, the predictive entropy and the loss of the answer, the total-variation distance of the
-sample's halting distribution to the prior (PonderNet), and any per-sample facts of the data set
-(parity's ``k``). PonderNet's halting coins come from one generator per test set, drawn in sample order
-(:func:`~pondernet_tutorial.halting.halting_uniforms`), so the tables, ``trainer.test`` and the
-early-exit forward pass halt every sample at the same step whatever the batch size.
-
-The tasks with a difficulty per sample (parity's and pointer chasing's ``k``) get one more table,
-``halting.csv`` (:func:`halting_table`): per test set, Spearman's ``ρ(k, n)`` of the difficulty and
-the halting step, over :data:`COIN_DRAWS` fresh draws of the halting coins where halting is sampled.
-The book's rules judge it (:mod:`pondernet_tutorial.analysis.verdicts`).
-
-The heads whose halting logit is trained towards "this step's answer is right" (TRM's and HRM's,
-:data:`DECISION_HEADS`) get ``decisions.csv`` (:func:`decision_table`): per group and step, how often
-that logit said what the step's answer was, the pairs (sample, step ``n ≤ T(x)``) that
-:func:`~pondernet_tutorial.analysis.heads.decisions_right` counts, from the forward pass that makes
-``per_sample.csv``.
+Per test sample: the answer at the step inference halts at (PonderNet's sampled step, ACT's ``N(x)``,
+the fixed ``k``), that step, ``Σ_n n p_n``, the answer's entropy and loss, the total-variation distance
+of its halting distribution to the prior (PonderNet) and the set's per-sample facts (parity's ``k``).
+PonderNet's coins come from one generator per test set, drawn in sample order
+(:func:`~pondernet_tutorial.halting.halting_uniforms`): every batch size halts a sample at the same step.
+Tasks with a difficulty also get ``halting.csv`` (:func:`halting_table`), TRM's and HRM's heads
+``decisions.csv`` (:func:`decision_table`).
 """
 
 from __future__ import annotations
@@ -107,7 +96,6 @@ def decision_pairs(q: torch.Tensor, logits: torch.Tensor, y: torch.Tensor, halt_
     }
 
 
-@torch.no_grad()
 def evaluate_set(
     module, eval_set: EvalSet, seed: int = 0, batch_size: int = 2000
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -122,8 +110,7 @@ def evaluate_set(
         expected_steps, entropy, loss, tv_prior`` and the set's per-sample columns), and the accuracy
         of the step-``n`` prediction for every ``n`` (methods that unroll every step only).
     """
-    per_sample, per_step, _ = evaluate_set_decisions(module, eval_set, seed, batch_size, decisions=False)
-    return per_sample, per_step
+    return evaluate_set_decisions(module, eval_set, seed, batch_size, decisions=False)[:2]
 
 
 @torch.no_grad()
@@ -134,8 +121,7 @@ def evaluate_set_decisions(
     head (:func:`halt_logits`; ``decisions``): one row per sample and step ``n ≤ T(x)``, with ``set``,
     ``index``, ``step``, ``halt_logit``, ``correct``, ``halt_step`` and the set's columns and
     per-sample columns (:func:`decision_pairs`); None with ``decisions=False``."""
-    model = module.model if hasattr(module, "model") else module
-    model.eval()
+    model = (module.model if hasattr(module, "model") else module).eval()
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
     prior = model.halting_prior(model.eval_steps)
@@ -165,9 +151,7 @@ def evaluate_set_decisions(
         frames.append(pd.DataFrame({k: v.cpu().numpy() for k, v in columns.items()}))
         if decisions:  # the same unroll's halt logits and answers, the same halting steps
             pairs = decision_pairs(halt_logits(model, out), out.logits, y, halt_step)
-            sample = pairs.pop("sample")
-            rows = {"index": sample + start, **pairs}
-            rows = {k: v.cpu() for k, v in rows.items()}
+            rows = {"index": pairs.pop("sample").cpu() + start, **{k: v.cpu() for k, v in pairs.items()}}
             for name, values in eval_set.per_sample.items():  # the sample's facts (parity's k)
                 rows[name] = values[start : start + batch_size][rows["index"] - start]
             pair_frames.append(pd.DataFrame({k: v.numpy() for k, v in rows.items()}))
@@ -198,10 +182,8 @@ def decision_table(pairs: pd.DataFrame, by: tuple[str, ...] = ("set",)) -> pd.Da
     :func:`~pondernet_tutorial.analysis.heads.decisions_right`), ``positive`` (``q_n > 0``) and
     ``correct`` (``c_n = 1``).
 
-    Counts, not the pairs themselves: a run on the paper's parity has up to 16,000 samples × 100 steps,
-    1.6 million pairs, about 7 MB gzipped (measured), against a few kB here. Sums of counts give
-    :func:`~pondernet_tutorial.analysis.heads.decisions_right` exactly for every coarser grouping
-    (:func:`pooled_decisions`); what is lost is the single sample and the value of ``q_n``.
+    Counts, not the 1.6 million pairs of a run on the paper's parity (about 7 MB gzipped): their sums give
+    ``decisions_right`` exactly for every coarser grouping (:func:`pooled_decisions`).
     """
     keys = [*by, "step"]
     counted = pairs[pairs["step"] <= pairs["halt_step"]]
@@ -234,8 +216,7 @@ def pooled_decisions(table: pd.DataFrame, by: tuple[str, ...] = ("set",)) -> pd.
 
 def evaluate(module, eval_sets: list[EvalSet], seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`evaluate_set` on every set; the coins of each set start from ``seed``."""
-    per_sample, per_step, _ = evaluate_decisions(module, eval_sets, seed, decisions=False)
-    return per_sample, per_step
+    return evaluate_decisions(module, eval_sets, seed, decisions=False)[:2]
 
 
 def evaluate_decisions(module, eval_sets: list[EvalSet], seed: int = 0, decisions: bool = True):
@@ -372,11 +353,9 @@ def evaluate_run(
     """Evaluate a trained run and write its tables into its folder.
 
     Writes ``summary.csv`` (per group of :attr:`Experiment.group_by`), ``per_step.csv``,
-    ``per_class.csv``, ``per_sample.csv.gz``, for TRM and HRM ``decisions.csv`` (per group and step,
-    :func:`decision_table`) and ``evaluation.json`` (what they depend on: the run's
-    identity, the test-set limit, the seed and the sets), each whole, ``evaluation.json`` last. Existing
-    tables are reused only when their ``evaluation.json`` equals the requested one. The model is
-    loaded from ``model.safetensors`` (unless given), which must be the configuration's.
+    ``per_class.csv``, ``per_sample.csv.gz``, :data:`DECISIONS` for TRM and HRM, and, last,
+    ``evaluation.json`` (:func:`evaluation_record`), each whole; tables are reused only when their
+    ``evaluation.json`` equals the requested one.
 
     Args:
         limit: only the first ``limit`` test samples of every set (of every ``k`` for parity).
@@ -466,15 +445,10 @@ def halting_by_run(
 def coin_draws(module, eval_set, draws: int = COIN_DRAWS, seed: int = 1, batch_size: int = 2000) -> dict:
     """A run's accuracy and ``ρ(k, n)`` over ``draws`` fresh draws of its halting coins, on one set.
 
-    The network runs once; each draw samples new halting steps from the same halting logits
-    (``answer`` with its own generator, seeds ``seed``, ``seed + 1``, …; the shipped
-    tables used seed 0). Methods whose halting is not random give the same value every draw.
-
-    Returns:
-        ``accuracy`` and ``rho``: arrays ``(draws,)``.
+    The network runs once; draw ``i`` samples halting steps from its logits with seed ``seed + i``.
+    Returns ``accuracy`` and ``rho``, arrays ``(draws,)``.
     """
-    model = module.model if hasattr(module, "model") else module
-    model.eval()
+    model = (module.model if hasattr(module, "model") else module).eval()
     device = next(model.parameters()).device
     outs = []
     for start in range(0, len(eval_set.labels), batch_size):
@@ -499,22 +473,14 @@ def coin_draws(module, eval_set, draws: int = COIN_DRAWS, seed: int = 1, batch_s
 
 
 def halting_table(module, eval_sets, per_sample: pd.DataFrame, draws: int = COIN_DRAWS) -> pd.DataFrame:
-    """How one run's halting follows the difficulty, per test set, over ``draws`` fresh draws of the
-    halting coins. Made once per run, when it is evaluated (:func:`evaluate_halting`), so that no
-    chapter draws coins.
-
-    Args:
-        module: the trained run; its halting coins are drawn again only where its halting is random
-            (``random_halting``: PonderNet); other methods halt the same way every time.
-        eval_sets: the test sets of the run's evaluation (each with ``per_sample["k"]``).
-        per_sample: the run's evaluation (one draw of the coins, seed 0), as :func:`evaluate` wrote it.
+    """How one run's halting follows the difficulty, per test set of ``eval_sets``, over ``draws`` fresh
+    draws of the coins where halting is random (``random_halting``), made once by :func:`evaluate_halting`.
 
     Returns:
-        one row per set: ``rho``, ``spread``, ``steps``, ``accuracy`` and ``n`` of the evaluation's
-        draw (:func:`halting_by_run`), ``difficulty`` (the mean ``k``), ``rho_expected``
-        (``ρ(k, E[n])``, no coins), ``coin_draws`` (0 where halting is not random), and for
-        ``accuracy`` and ``rho`` the mean over the draws (``_draws``) and the central
-        :data:`COVERAGE` of them (``_low``, ``_high``; the point values where halting is not random).
+        one row per set: :func:`halting_by_run` of ``per_sample`` (the evaluation's draw), ``difficulty``
+        (the mean ``k``), ``rho_expected`` (``ρ(k, E[n])``), ``coin_draws`` (0: not random), and for
+        ``accuracy`` and ``rho`` the draws' mean (``_draws``) and central :data:`COVERAGE` (``_low``,
+        ``_high``; the point values where halting is not random).
     """
     table = halting_by_run(per_sample)
     table["difficulty"] = per_sample.groupby("set", sort=False)[DIFFICULTY].mean().loc[table["set"]].values
@@ -532,9 +498,8 @@ def halting_table(module, eval_sets, per_sample: pd.DataFrame, draws: int = COIN
         drawn, row = coin_draws(model, eval_set, draws), {"set": eval_set.name}
         for name in ("accuracy", "rho"):
             values = drawn[name][~np.isnan(drawn[name])]
-            row[f"{name}_draws"] = float(values.mean()) if len(values) else math.nan
-            row[f"{name}_low"] = float(np.quantile(values, tail)) if len(values) else math.nan
-            row[f"{name}_high"] = float(np.quantile(values, 1 - tail)) if len(values) else math.nan
+            stats = (values.mean(), *np.quantile(values, [tail, 1 - tail])) if len(values) else [math.nan] * 3
+            row.update({f"{name}_{end}": float(v) for end, v in zip(("draws", "low", "high"), stats)})
         rows.append(row)
     return table.merge(pd.DataFrame(rows), on="set", how="left").assign(coin_draws=draws)
 
@@ -574,11 +539,8 @@ def halting_up_to_date(config: TrainConfig, limit: int | None = None, seed: int 
 def evaluate_halting(
     config: TrainConfig, limit: int | None = None, seed: int = 0, overwrite: bool = False, module=None
 ) -> pd.DataFrame | None:
-    """Write ``halting.csv``: how the run's halting follows the difficulty, per test set, over fresh
-    draws of its halting coins (:func:`halting_table`), and
-    ``halting.json`` (what it depends on), last. Made once, after :func:`evaluate_run`, from the same
-    test sets and per-sample table; reused while its record is unchanged. None for an experiment
-    without a difficulty.
+    """Write ``halting.csv`` (:func:`halting_table`, from :func:`evaluate_run`'s sets and per-sample
+    table) and, last, ``halting.json``; reused while that record is unchanged. None without a difficulty.
     """
     from .checkpoints import load_model
 

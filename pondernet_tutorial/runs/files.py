@@ -32,10 +32,6 @@ from .processes import is_rank_zero, pid_alive
 TEMP_SUFFIX = ".tmp"
 
 
-# ---------------------------------------------------------------------------------------------------
-# Atomic writes
-
-
 # The errors that mean the disk or the permissions refuse a write, not a fault of the package
 WRITE_ERRNOS = frozenset(
     getattr(errno, name)
@@ -99,16 +95,12 @@ def _remove_stale_temps(path: Path) -> None:
 
 def _fsync_folder(folder: Path) -> None:
     """Make the rename itself durable (POSIX; a no-op where folders cannot be opened)."""
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 @contextlib.contextmanager
@@ -285,10 +277,6 @@ def read_json(path: str | os.PathLike) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-# ---------------------------------------------------------------------------------------------------
-# Locks
-
-
 class FolderLockedError(FileExistsError):
     """Another process holds the folder's lock: one line."""
 
@@ -314,12 +302,6 @@ def _check_lock_file(lock: Path) -> None:
         raise _damaged(lock, "not a regular file")
 
 
-def _locked_error(folder: Path, lock: Path, doing: str) -> FolderLockedError:
-    return FolderLockedError(
-        f"{folder} is in use: another process is {doing} (lock {lock.name}); run again when it has finished."
-    )
-
-
 _HELD: dict[Path, FileLock] = {}  # the locks this process holds (each is reentrant)
 
 
@@ -330,19 +312,14 @@ def check_unlocked(folder: str | os.PathLike, doing: str = "working in it") -> N
     lock = _lock_path(folder)
     if not is_rank_zero() or lock.absolute() in _HELD or not os.path.lexists(lock):
         return
-    _check_lock_file(lock)
-    with folder_lock(folder, wait=False, doing=doing):
+    with folder_lock(folder, wait=False, doing=doing):  # checks the lock file first
         pass
 
 
 @contextlib.contextmanager
 def folder_lock(folder: str | os.PathLike, wait: bool = True, doing: str = "working in it"):
-    """Hold ``<folder>.lock`` for the block: one process at a time in ``folder``.
-
-    The lock is the operating system's (``flock``, through :mod:`filelock`): it is released when the
-    block ends or when its process dies, however it dies, so a lock is never left stale. The empty lock
-    file stays beside the folder, as all processes must lock the same file. A lock file that is a
-    link, a folder or a FIFO is refused as damaged (never followed, never waited on).
+    """Hold ``<folder>.lock`` for the block: one process at a time in ``folder``. The empty lock file
+    stays beside the folder; one that is a link, a folder or a FIFO is refused as damaged.
 
     Args:
         wait: wait for another process's lock to be released (saying so in one line), or raise
@@ -368,7 +345,10 @@ def folder_lock(folder: str | os.PathLike, wait: bool = True, doing: str = "work
                 held.acquire(timeout=0)
             except Timeout:
                 if not wait:
-                    raise _locked_error(folder, lock, doing) from None
+                    raise FolderLockedError(
+                        f"{folder} is in use: another process is {doing} (lock {lock.name}); run again when "
+                        "it has finished."
+                    ) from None
                 print(f"== waiting for {folder}: another process is {doing}", file=sys.stderr, flush=True)
                 held.acquire()
         except FolderLockedError:

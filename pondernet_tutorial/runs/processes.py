@@ -21,8 +21,6 @@ from pathlib import Path
 
 PARENT_VARIABLE = "PONDERNET_PARENT_PID"  # the process whose children must end with it
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID")
-
-
 CONSOLE_SCRIPT = "pondernet-tutorial"  # pyproject.toml's [project.scripts]
 
 
@@ -70,23 +68,18 @@ def pid_alive(pid: int) -> bool:
     """True if process ``pid`` runs on this host."""
     if pid <= 0:
         return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+    try:  # a zombie (Z, X) has ended; only its exit status remains
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except FileNotFoundError:
         return False
     except OSError:
-        stat = None
-    if stat is not None:
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] in ("Z", "X"):  # a zombie has ended; only its exit status remains
-            return False
-        return True
+        pass
     try:  # no /proc (macOS, Windows): signal 0 checks that the process exists
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:
-        return True
+        pass
     return True
 
 

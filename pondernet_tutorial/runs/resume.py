@@ -2,15 +2,9 @@
 (:func:`resumable`), trusting nothing in it but weights and counters.
 
 A run on a generated task writes ``checkpoints/last.ckpt`` after every epoch and ``resume.json`` (its
-identity) until its model file is written. A later ``train()`` of the same configuration continues
-from that checkpoint (:func:`resumable`) after checking the folder and the file: every entry is one
-that a run writes, no link leads out, the checkpoint is a regular file of bounded size in the run's
-own ``checkpoints/``, read weights-only, with this configuration's hyperparameters and the model's
-shapes, as Lightning loads it (:class:`RunCheckpointIO`). What Lightning restores holds no
-path: :class:`~pondernet_tutorial.checkpointing.FolderCheckpoint` (``fit``'s own) finds the best
-epoch's file by its name in its own folder. No file in the folder may have a second name (a hard link):
-a logger rewrites its files in place. The history of the epochs before the checkpoint is the csv
-logger's of the earlier processes (:func:`read_history`), read as numbers and checked to hold them.
+identity) until its model file is written; a later ``train()`` of the same configuration continues
+from that checkpoint once the folder (:func:`resumable`) and the checkpoint (:class:`RunCheckpointIO`)
+are checked, and the earlier processes' history (:func:`read_history`) holds its epochs.
 """
 
 from __future__ import annotations
@@ -62,15 +56,10 @@ def read_checkpoint(path, folder) -> dict:
 
 
 class RunCheckpointIO(CheckedCheckpointIO):
-    """The checkpoints of a run, each written whole beside its file (:func:`~.files.atomic_file`), not
-    staged in ``$TMPDIR`` as Lightning's are: a full disk is reported with the checkpoint's own name and
-    its disk's free space, and a kill mid-write leaves the old checkpoint.
-
-    The one checkpoint Lightning loads, the ``last.ckpt`` that a resumed run continues from, is read as
-    data in the run's own ``checkpoints/`` (:func:`read_checkpoint`) and checked to be this very run's
-    before Lightning restores anything from it (:func:`check_last_checkpoint`, given the run's folder,
-    module and data module): a refusal is a :class:`CheckpointError`, on which ``train()`` says why in
-    one line and trains the run again."""
+    """The checkpoints of a run, each written whole (:func:`~.files.atomic_file`), not staged in
+    ``$TMPDIR``; the ``last.ckpt`` that a resumed run continues from is read as data
+    (:func:`read_checkpoint`) and checked to be this very run's (:func:`check_last_checkpoint`) before
+    Lightning restores anything: a refusal is a :class:`CheckpointError`, and ``train()`` starts over."""
 
     def __init__(self, max_bytes: int, run_dir: Path, module, datamodule):
         super().__init__(max_bytes)
@@ -88,9 +77,8 @@ class RunCheckpointIO(CheckedCheckpointIO):
             torch.save(checkpoint, handle)
 
 
-RESUME_FILE = (
-    "resume.json"  # the identity of the run being trained in a folder, until its model file is written
-)
+# the identity of the run being trained in a folder, until its model file is written
+RESUME_FILE = "resume.json"
 # what an unfinished run's folder holds: Lightning's checkpoints (checked one by one) and logs, its
 # resume.json, the temporary files of whole writes, and the history and metadata of a run killed in its
 # final save (both written again whole when it ends; nothing is read from them)
@@ -239,13 +227,10 @@ def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -
 
 
 def resumable(run_dir: Path, identity: dict, datamodule) -> bool:
-    """Whether ``run_dir`` holds an unfinished run of this very configuration that can continue from its
-    last epoch: its ``resume.json`` names this configuration (``identity``, :meth:`TrainConfig.identity`), the data module keeps the state of its
-    training batches (the generated tasks; MNIST's shuffled order is not kept, so an MNIST run is
-    trained again), its folder holds only what a run writes, and it has a ``checkpoints/last.ckpt``,
-    which :class:`RunCheckpointIO` checks as it is loaded. A run that fails a check is trained again, in
-    one line that says why. What is resumed holds no path: the best epoch's checkpoint is found by its
-    name in the run's own folder (:class:`~pondernet_tutorial.checkpointing.FolderCheckpoint`)."""
+    """Whether ``run_dir`` holds an unfinished run of this very configuration (``identity`` in its
+    ``resume.json``) that can continue: the data module keeps its batches' state (not MNIST's), the folder
+    holds only what a run writes, and it has a ``checkpoints/last.ckpt`` (:class:`RunCheckpointIO` checks
+    it as it is loaded). A run that fails a check is trained again, in one line that says why."""
     if type(datamodule).state_dict is L.LightningDataModule.state_dict:
         return False
     if not (run_dir / RESUME_FILE).exists() or (run_dir / WEIGHTS).exists() or run_dir.is_symlink():

@@ -1,13 +1,9 @@
 """The runs behind the book, grouped in named studies, and the command that reproduces them.
 
-A :class:`Study` lists run configurations (as :class:`~pondernet_tutorial.runs.config.TrainConfig` fields)
-and seeds. :func:`reproduce` trains every run that is not trained yet, evaluates it, and writes the
-study's tables. A run already in the results folder is reused only when its recorded configuration
-equals the requested one, and its tables only when their evaluation record does; a run folder is
-named after its configuration, so studies share runs (the MNIST grid's reference cell is the reference
-run) and never overwrite each other's. Every file is written whole, and a run folder is locked while a
-process trains or evaluates it: two ``reproduce`` into one folder share the runs (each skips the runs
-the other is training, then waits for them), and a run killed half-way is trained again.
+A :class:`Study` lists run configurations (:class:`~pondernet_tutorial.runs.config.TrainConfig` fields)
+and seeds. :func:`reproduce` trains every run not trained yet, evaluates it and writes the study's
+tables. A run folder is named after its configuration, so studies share runs; a run or its tables are
+reused only when their recorded configuration or evaluation record equals the requested one.
 
 Layout of a results folder (the shipped one is ``pondernet_tutorial/pretrained``)::
 
@@ -17,10 +13,6 @@ Layout of a results folder (the shipped one is ``pondernet_tutorial/pretrained``
                                       decisions.csv (TRM's and HRM's heads: their halting decisions)
     studies/<study>/                  runs.csv, summary.csv, per_step.csv, per_class.csv, halting.csv,
                                       study.json
-
-``halting.csv`` holds, per run and test set, how the steps follow the difficulty over fresh draws of
-the halting coins (:func:`~pondernet_tutorial.runs.evaluation.halting_table`): drawn once, when a
-run is evaluated, so that the chapters read the same intervals instead of drawing coins at every build.
 """
 
 from __future__ import annotations
@@ -52,6 +44,10 @@ if TYPE_CHECKING:  # pandas is imported where it is used: listing the studies st
     import pandas as pd
 
 SHIP_LEVELS = ("tables", "weights", "all")  # all: weights and per-sample tables
+# what runs.csv takes of each run's metadata.json (and the threads it trained with)
+RUN_FACTS = tuple(
+    "epochs_run best_epoch best_val_acc stopped_by wall_time_s train_samples_per_s compiled".split()
+)
 
 
 @dataclass(frozen=True)
@@ -534,19 +530,8 @@ def write_study_tables(
     for config in configs:
         columns = _run_columns(config, root)
         meta = read_metadata(config.run_dir) or {}
-        runs.append(
-            {
-                **columns,
-                "epochs_run": meta.get("epochs_run"),
-                "best_epoch": meta.get("best_epoch"),
-                "best_val_acc": meta.get("best_val_acc"),
-                "stopped_by": meta.get("stopped_by"),
-                "wall_time_s": meta.get("wall_time_s"),
-                "train_samples_per_s": meta.get("train_samples_per_s"),
-                "compiled": meta.get("compiled"),
-                "threads": (meta.get("hardware") or {}).get("torch_threads"),
-            }
-        )
+        recorded = {name: meta.get(name) for name in RUN_FACTS}
+        runs.append({**columns, **recorded, "threads": (meta.get("hardware") or {}).get("torch_threads")})
         for name, table in load_run_tables(config.run_dir).items():
             collected[name].append(table.assign(**columns))
     tables = {"runs": pd.DataFrame(runs)}

@@ -144,12 +144,6 @@ def hardware(trainer: L.Trainer) -> dict:
     return info
 
 
-def recorded_config(config: TrainConfig) -> dict:
-    """The configuration as ``metadata.json`` records it: every field but the machine's paths, the
-    method's options each on its own (:meth:`TrainConfig.from_options` reads it back)."""
-    return {k: v for k, v in config.options().items() if k not in MACHINE_FIELDS}
-
-
 # What the package's own use of Lightning prints and a user cannot act on, silenced by its exact words
 # (every other warning and message is kept): Lightning's advertisement for its cloud logger and its
 # device lines, and PyTorch's deprecation of the LeafSpec that Lightning itself calls.
@@ -189,15 +183,11 @@ def quiet_lightning():
 def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> tuple[RunModule, dict]:
     """Train one run and write ``history.csv``, ``metadata.json`` and ``model.safetensors`` to its folder.
 
-    Every argument is checked (configuration, logger, data module, module, trainer) before the folder
-    is made. A finished run (:func:`~.resume.completed_run`) is replaced only with ``overwrite``. An unfinished run of the same configuration on a generated task continues from its
-    last epoch (:func:`resumable`), and ends as the same run trained in one go would; any other
-    unfinished or damaged one is trained again (a damaged one with a warning). One
-    process at a time trains into a folder (:func:`~pondernet_tutorial.runs.files.folder_lock`): another
-    one raises :class:`~pondernet_tutorial.runs.files.FolderLockedError`, or with ``wait`` waits for it.
-    Every file is written whole (:mod:`~pondernet_tutorial.runs.files`).
-
-    In a multi-process (DDP) run only rank 0 writes; the other ranks return ``(module, None)``.
+    Everything is checked before the folder is made. A finished run (:func:`~.resume.completed_run`) is
+    replaced only with ``overwrite``; an unfinished one of this configuration on a generated task
+    continues (:func:`resumable`), any other is trained again. Another process training into the folder
+    raises :class:`~.files.FolderLockedError`, or with ``wait`` is waited for. In a multi-process (DDP)
+    run only rank 0 writes; the other ranks return ``(module, None)``.
 
     Returns:
         the module with its best weights loaded (eval mode) and the metadata dictionary.
@@ -287,7 +277,8 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
         n_train = getattr(datamodule, "train_size", None)
         metadata = {
             "identity": identity,
-            "config": recorded_config(config),
+            # every field but the machine's paths, as TrainConfig.from_options reads it back
+            "config": {k: v for k, v in config.options().items() if k not in MACHINE_FIELDS},
             "hparams": dict(module.hparams),
             "epochs_run": len(rows),
             "best_epoch": best_epoch,
