@@ -264,15 +264,6 @@ class GraphedStep:
                 for key, value in state.items():
                     if isinstance(value, Tensor) and value.device != device:
                         state[key] = value.to(device)
-            read = [
-                group["lr"],
-                *(v for p in group["params"] for v in self.optimizer.state.get(p, {}).values()),
-            ]
-            elsewhere = {str(t.device) for t in read if isinstance(t, Tensor) and t.device != device}
-            if elsewhere:  # what a replay reads from elsewhere is frozen at capture
-                raise RuntimeError(
-                    f"the optimiser's tensors are on {sorted(elsewhere)}, its parameters on {device}"
-                )
 
     def _capture(self, x, y) -> None:
         self.static_x = map_state(torch.clone, x)
