@@ -207,12 +207,13 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
     if not wait:
         check_unlocked(run_dir, doing="training it")  # say so before anything is built
     check_logger_available(config.logger)
+    graphed = use_cuda_graph(config, check_trainer(config))  # the Trainer's settings, checked
 
     def prepare():  # the same draws every time: the seed first, then the data module and the weights
         L.seed_everything(config.seed, workers=True, verbose=False)
         datamodule = make_datamodule(config)
         datamodule.prepare_data()  # the data is there (or downloaded) before anything is written
-        return datamodule, make_module(config, graphed=use_cuda_graph(config, check_trainer(config)))
+        return datamodule, make_module(config, graphed=graphed)
 
     datamodule, module = prepare()
     identity = config.identity()  # what the folder's records must hold
