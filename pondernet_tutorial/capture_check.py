@@ -9,6 +9,7 @@ Each hazard names the operation and the line of the step that called it.
 
 from __future__ import annotations
 
+import os
 import traceback
 import weakref
 from collections.abc import Callable
@@ -34,7 +35,7 @@ _INDEXING = {
 }
 
 
-_TORCH = str(Path(torch.__file__).parent)
+_TORCH = str(Path(torch.__file__).parent) + os.sep
 
 
 def _where() -> str:

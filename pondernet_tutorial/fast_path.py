@@ -259,6 +259,7 @@ class GraphedStep:
             if not isinstance(lr, Tensor):  # a float: set by hand, or by a schedule during the warm-up
                 lr = torch.tensor(float(lr))
             group["lr"] = lr.to(device=device, dtype=torch.float32)
+            group["capturable"] = True  # a plain checkpoint's optimiser comes back without it
             for p in group["params"]:
                 state = self.optimizer.state.get(p, {})
                 for key, value in state.items():
@@ -286,14 +287,18 @@ class GraphedStep:
                 static.fill_(float(group["lr"]))
                 group["lr"] = static
 
-    def __call__(self, x, y) -> dict:
+    def __call__(self, x, y, last: bool = False) -> dict:
         """One training step on the batch ``(x, y)``; returns the body's values for this batch (static
-        tensors after capture: read them before the next step)."""
+        tensors after capture: read them before the next step). ``last``: the epoch's last batch, which
+        may be shorter without a warning."""
         self.steps += 1
         if self.capture and self.graph is None:
             if self.steps <= self.warmup:
                 return self.graphs.warm_up(lambda: self._eager(x, y))
-            hazards = self.check(x, y) if self.check is not None else []
+            try:
+                hazards = self.check(x, y) if self.check is not None else []
+            except Exception as error:  # the check itself failed: no capture on its word
+                hazards = [f"the capture check failed: {type(error).__name__}: {error}"]
             if hazards:  # never captured: every step runs eagerly; say why once
                 self.graphs = None
                 warnings.warn(
@@ -323,7 +328,7 @@ class GraphedStep:
                 self.graph.replay()  # this batch's step: forward, loss, backward, clipping, update
                 self.replays += 1
                 return self.static_out
-            if not self.eager_after_capture:
+            if not self.eager_after_capture and not last:
                 warnings.warn(
                     f"a training batch of another shape than the captured one ({_shapes(y)[0][0]} against "
                     f"{tuple(self.static_y.shape)}) is stepped eagerly; drop the last, partial batch "
@@ -333,6 +338,22 @@ class GraphedStep:
                 )
             self.eager_after_capture += 1
         return self._eager(x, y)  # no CUDA, capture failed, or a batch of another shape
+
+
+def _carry_step_count(checkpoint: dict, to_manual: bool) -> None:
+    """Lightning counts a fit's optimiser steps apart for automatic and for manual optimisation: copy
+    the count of the path that wrote ``checkpoint`` to the other's where that one is behind."""
+    loop = checkpoint.get("loops", {}).get("fit_loop", {})
+    automatic = (
+        loop.get("epoch_loop.automatic_optimization.optim_progress", {}).get("optimizer", {}).get("step")
+    )
+    manual = loop.get("epoch_loop.manual_optimization.optim_step_progress")
+    if not (isinstance(automatic, dict) and isinstance(manual, dict)):
+        return
+    source, target = (automatic, manual) if to_manual else (manual, automatic)
+    for part in ("total", "current"):
+        if target[part]["completed"] < source[part]["completed"]:
+            target[part].update(ready=source[part]["completed"], completed=source[part]["completed"])
 
 
 class GraphedPonderLitModule(FastPonderLitModule):
@@ -365,6 +386,7 @@ class GraphedPonderLitModule(FastPonderLitModule):
         self.graphs = graphs
         self._graphed: GraphedStep | None = None
         self.graph_replays = 0
+        self.trainer_clip: float | None = None  # set by fast_module: given back to the Trainer after fit
 
     def release_graph(self) -> None:
         """Forget the captured step (its static tensors, its memory pool) and the sums it wrote."""
@@ -379,17 +401,40 @@ class GraphedPonderLitModule(FastPonderLitModule):
 
     def on_fit_end(self) -> None:
         self.release_graph()
+        if self.trainer_clip is not None:  # the Trainer's own clipping, which the graphed step did
+            self.trainer.gradient_clip_val = self.trainer_clip
 
     def capture_hazards(self, x, y) -> list[str]:
-        """What in the forward pass and the loss (eagerly, even where they are compiled; no gradient, no
-        sum changed) a CUDA graph would not replay as it ran: :func:`~.capture_check.capture_hazards`."""
+        """What in the forward pass and the loss (eagerly, even where they are compiled) a CUDA graph
+        would not replay as it ran: :func:`~.capture_check.capture_hazards`. No gradient, sum, buffer
+        (a batch norm's statistics) or random stream is changed by the check."""
         compiled = self.__dict__.pop("unroll_and_loss", None)  # the eager one is the class's
+        buffers = [(b, b.clone()) for b in self.buffers()]
+        devices = [self.device] if self.device.type == "cuda" else []
         try:
-            with torch.no_grad():
+            with torch.no_grad(), torch.random.fork_rng(devices=devices):
                 return capture_hazards(lambda: self.step_values(x, y), self.device)
         finally:
             if compiled is not None:
                 self.unroll_and_loss = compiled
+            with torch.no_grad():
+                for buffer, saved in buffers:
+                    buffer.copy_(saved)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Saved as the plain module saves: Adam without the capture's settings (a float learning rate,
+        ``capturable=False``) and the step count where automatic optimisation keeps it, so that either
+        path resumes it (the capture puts the settings back)."""
+        for state in checkpoint.get("optimizer_states", []):
+            for group in state.get("param_groups", []):
+                group["lr"], group["capturable"] = float(group["lr"]), False
+        for state in checkpoint.get("lr_schedulers", []):
+            if "_last_lr" in state:
+                state["_last_lr"] = [float(lr) for lr in state["_last_lr"]]
+        _carry_step_count(checkpoint, to_manual=False)
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        _carry_step_count(checkpoint, to_manual=True)  # a plain module's checkpoint counted automatically
 
     def configure_optimizers(self):
         lr = torch.tensor(float(self.hparams.lr), device=self.device)  # the captured update reads a tensor
@@ -417,7 +462,7 @@ class GraphedPonderLitModule(FastPonderLitModule):
         before = getattr(optimizer, "_on_before_step", None)  # Lightning's count of optimiser steps
         if before is not None:
             before()
-        values = self._graphed(x, y)
+        values = self._graphed(x, y, last=batch_idx + 1 == self.trainer.num_training_batches)
         after = getattr(optimizer, "_on_after_step", None)
         if after is not None:
             after()
@@ -441,13 +486,16 @@ def graph_blockers(trainer: L.Trainer, precision=None) -> list[str]:
     device in one process, and a precision without a gradient scaler. A bf16 precision on a GPU
     without bf16 tensor cores gets a warning (it is slower there than 32-true)."""
     from lightning.pytorch.accelerators import CUDAAccelerator
+    from lightning.pytorch.strategies import SingleDeviceStrategy
 
     precision = str(precision if precision is not None else trainer.precision)
     reasons = []
     on_cuda = isinstance(trainer.accelerator, CUDAAccelerator)
     if not on_cuda:
         reasons.append("a CUDA device")
-    if trainer.world_size != 1:  # devices across nodes count too: ddp with one device per node is 2
+    if trainer.world_size != 1 or not isinstance(
+        trainer.strategy, SingleDeviceStrategy
+    ):  # ddp, even on one device
         reasons.append("exactly one device in one process")
     if precision in GRAPH_PRECISIONS_EXCLUDED:
         reasons.append("a precision without a gradient scaler (not 16-mixed)")
@@ -479,9 +527,15 @@ def fast_module(module: PonderLitModule, trainer: L.Trainer, fast: bool | None =
     """
     if fast is False or isinstance(module, FastPonderLitModule):
         return module
+    from lightning.pytorch.callbacks import GradientAccumulationScheduler
+
     missing = graph_blockers(trainer)
     if trainer.gradient_clip_algorithm not in (None, "norm"):
         missing.append("gradient clipping by norm (gradient_clip_algorithm='norm')")
+    if trainer.accumulate_grad_batches != 1 or any(
+        isinstance(c, GradientAccumulationScheduler) for c in trainer.callbacks
+    ):
+        missing.append("no gradient accumulation (manual optimisation has none)")
     if type(module) is not PonderLitModule:
         missing.append(f"the plain PonderLitModule, not {type(module).__name__} (its own training step)")
     if missing:
@@ -493,6 +547,9 @@ def fast_module(module: PonderLitModule, trainer: L.Trainer, fast: bool | None =
                 file=sys.stderr,
             )
         return module
-    clip = float(trainer.gradient_clip_val or 0.0)
+    graphed = GraphedPonderLitModule(
+        module.model, **module.hparams, grad_clip=float(trainer.gradient_clip_val or 0.0), graphs=CudaGraphs()
+    )
+    graphed.trainer_clip = trainer.gradient_clip_val  # given back after fit
     trainer.gradient_clip_val = None  # the graphed step clips (Lightning's manual optimisation does not)
-    return GraphedPonderLitModule(module.model, **module.hparams, grad_clip=clip, graphs=CudaGraphs())
+    return graphed

@@ -90,7 +90,7 @@ def fit(
             :class:`~pondernet_tutorial.checkpointing.CheckedCheckpointIO` bounded by the module's size).
         fast: on one CUDA device, train the same step replayed from one CUDA graph
             (:func:`~pondernet_tutorial.fast_path.fast_module`; ``None``: wherever it can, ``False``:
-            never). On the CPU nothing changes.
+            never, ``True``: or a ``ValueError`` that says what is missing). On the CPU nothing changes.
         callbacks, trainer_options: more callbacks, and any argument of ``lightning.Trainer``.
 
     Returns:

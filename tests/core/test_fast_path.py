@@ -8,9 +8,17 @@ Deliberate breaks these tests catch (each was tried):
 - ``fast_module`` returning the module unchanged: test_fit_takes_the_fast_path_and_ends_on_the_plain_weights;
 - the Trainer's clipping value not handed to the graphed module: the same test (the weights differ);
 - ``GraphedStep`` not asking ``check`` before the capture: test_a_step_that_reads_a_value_on_the_host_trains_eagerly;
-- ``fast=False`` ignored: test_fast_false_and_the_cpu_leave_the_module_as_it_is.
+- ``fast=False`` ignored: test_fast_false_and_the_cpu_leave_the_module_as_it_is;
+- the Trainer's clipping not given back after fit: test_fit_takes_the_fast_path_and_ends_on_the_plain_weights;
+- the shorter last batch of an epoch warned about:
+  test_an_epochs_shorter_last_batch_is_stepped_eagerly_without_a_word;
+- gradient accumulation not refused: test_gradient_accumulation_trains_eagerly (Lightning refuses it);
+- ``on_save_checkpoint`` keeping the capture's settings or the manual step count:
+  test_a_checkpoint_resumes_on_the_other_path[fast-plain]; ``on_load_checkpoint`` not carrying the
+  automatic count: test_a_checkpoint_resumes_on_the_other_path[plain-fast].
 """
 
+import importlib
 import re
 import warnings
 
@@ -42,8 +50,8 @@ def parity(n, seed):
     return x, (x == 1).sum(-1).remainder(2)
 
 
-def loaders():
-    train = DataLoader(TensorDataset(*parity(384, 5)), batch_size=64, drop_last=True)
+def loaders(n=384):
+    train = DataLoader(TensorDataset(*parity(n, 5)), batch_size=64)
     return train, DataLoader(TensorDataset(*parity(128, 6)), batch_size=64)
 
 
@@ -72,15 +80,21 @@ def one_gpu(monkeypatch):
     return Recorded.made
 
 
-def train(module, tmp_path, **options):
-    train, val = loaders()
+def train(module, tmp_path, clip=0.05, n=384, **options):
+    train, val = loaders(n)
     data = L.LightningDataModule.from_datasets(train.dataset, val.dataset, batch_size=64)
-    data.train_dataloader = lambda: train  # drop_last: every batch of the captured shape
+    data.train_dataloader = lambda: train  # in order: the same batches on every path
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer, _ = fit(
-            module, data, max_epochs=2, default_root_dir=tmp_path, gradient_clip_val=0.05, **QUIET, **options
+            module,
+            data,
+            **{"max_epochs": 2, **options},
+            default_root_dir=tmp_path,
+            gradient_clip_val=clip,
+            **QUIET,
         )
+    assert trainer.gradient_clip_val == clip  # the Trainer's own setting, given back after the fast path
     return trainer, [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
 
 
@@ -94,7 +108,7 @@ def test_fit_takes_the_fast_path_and_ends_on_the_plain_weights(one_gpu, tmp_path
     assert type(eager_trainer.lightning_module) is PonderLitModule
     graphed = fast_trainer.lightning_module
     assert isinstance(graphed, GraphedPonderLitModule) and graphed.model is fast.model
-    assert graphed.grad_clip == 0.05 and fast_trainer.gradient_clip_val is None
+    assert graphed.grad_clip == 0.05
     (graphs,) = one_gpu
     assert graphs.captures == 1 and graphs.replays == 2 * 6 - 3 and said == []
     assert dict(graphed.hparams) == dict(fast.hparams)  # its checkpoints load into the plain module
@@ -115,14 +129,26 @@ class ReadsTheHost(ParityStep):
 def test_a_step_that_reads_a_value_on_the_host_trains_eagerly(one_gpu, tmp_path):
     """A step with ``.item()`` is never captured: one warning names the operation and the line, and
     every step runs eagerly."""
-    module = plain_module(ReadsTheHost)
+    module, eager = plain_module(ReadsTheHost), plain_module(ReadsTheHost)
     trainer, said = train(module, tmp_path)
     (graphs,) = one_gpu
     assert graphs.captures == 0 and graphs.replays == 0 and trainer.global_step == 2 * 6
+    train(eager, tmp_path / "eager", fast=False)
+    for (name, a), (_, b) in zip(eager.named_parameters(), module.named_parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=name)  # every step taken, eagerly
     assert len(said) == 1 and "\n" not in said[0], said
     assert re.search(
         r"cannot be replayed from a CUDA graph \(aten\.\S+ at test_fast_path\.py:\d+ in step", said[0]
     )
+
+
+def test_an_epochs_shorter_last_batch_is_stepped_eagerly_without_a_word(one_gpu, tmp_path):
+    """Data whose size is no multiple of the batch end each epoch on a shorter batch: stepped eagerly,
+    as it cannot be replayed, and not worth a warning (a reader's ``from_datasets`` cannot drop it)."""
+    trainer, said = train(plain_module(), tmp_path, n=384 + 32)
+    (graphs,) = one_gpu
+    assert said == [] and graphs.captures == 1 and graphs.replays == 2 * 6 - 3
+    assert trainer.lightning_module._graphed is None and trainer.global_step == 2 * 7
 
 
 def test_fast_false_and_the_cpu_leave_the_module_as_it_is(monkeypatch, tmp_path):
@@ -137,3 +163,43 @@ def test_fast_false_and_the_cpu_leave_the_module_as_it_is(monkeypatch, tmp_path)
     module = plain_module()
     trainer, _ = train(module, tmp_path / "off", fast=False)
     assert trainer.lightning_module is module
+
+
+def test_gradient_accumulation_trains_eagerly(one_gpu, tmp_path):
+    """Manual optimisation has no gradient accumulation: such a fit stays on the plain path, and
+    ``fast=True`` says why in one line."""
+    module = plain_module()
+    trainer, _ = train(module, tmp_path, accumulate_grad_batches=2)
+    assert trainer.lightning_module is module and trainer.global_step == 2 * 3
+    with pytest.raises(ValueError, match=r"^fit\(fast=True\) needs no gradient accumulation"):
+        train(plain_module(), tmp_path / "asked", accumulate_grad_batches=2, fast=True)
+
+
+@pytest.mark.parametrize("first, then", [("plain", "fast"), ("fast", "plain")])
+def test_a_checkpoint_resumes_on_the_other_path(first, then, monkeypatch, tmp_path):
+    """A checkpoint of one path resumes on the other at its step, with Adam's state: one written on a
+    GPU resumes on a CPU (where Adam refuses its capture settings), and the other way round."""
+    from pondernet_tutorial.checkpointing import FolderCheckpoint
+
+    def on(path):
+        monkeypatch.undo()  # the CPU as it is: Adam(capturable=True) refused, no graphs
+        if path == "fast":
+            monkeypatch.setattr(
+                importlib.import_module("torch.optim.adam"),
+                "_get_capturable_supported_devices",
+                lambda *a, **k: ["cpu"],
+            )
+            monkeypatch.setattr(fast_path, "graph_blockers", lambda trainer, precision=None: [])
+            monkeypatch.setattr(fast_path, "CudaGraphs", StandInGraphs)
+        return None if path == "fast" else False
+
+    folder = tmp_path / "checkpoints"
+    last = FolderCheckpoint(folder, "last", enable_version_counter=False)
+    trainer, _ = train(plain_module(), tmp_path / "first", max_epochs=1, fast=on(first), callbacks=[last])
+    assert trainer.global_step == 6
+    module = plain_module()
+    trainer, _ = train(module, tmp_path / "then", ckpt_path=folder / "last.ckpt", fast=on(then))
+    assert trainer.global_step == 12 and trainer.current_epoch == 2
+    assert isinstance(trainer.lightning_module, GraphedPonderLitModule) == (then == "fast")
+    group = trainer.optimizers[0].param_groups[0]
+    assert group["capturable"] == (then == "fast")

@@ -36,6 +36,8 @@ CORE = (
     "halting",
     "lightning_module",
     "fitting",
+    "fast_path",
+    "capture_check",
     "steps",
     "methods",
     "data",

@@ -271,12 +271,14 @@ def test_a_step_returns_the_capture_batchs_values_at_its_replay():
 
 
 class FakeTrainer:
-    """What the CUDA-graph decision reads of a Trainer: its accelerator and its world size."""
+    """What the CUDA-graph decision reads of a Trainer: its accelerator, world size and strategy."""
 
     def __init__(self, world_size=1):
         from lightning.pytorch.accelerators import CUDAAccelerator
+        from lightning.pytorch.strategies import SingleDeviceStrategy
 
         self.accelerator, self.world_size = CUDAAccelerator(), world_size
+        self.strategy = SingleDeviceStrategy("cpu")
 
 
 def test_the_graph_needs_one_device_in_one_process(monkeypatch):
