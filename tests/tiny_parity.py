@@ -36,23 +36,25 @@ def run_module(method="pondernet", max_steps=5, **kwargs):
     return RunModule(**PARITY, method=method, method_options=options, **kwargs)
 
 
+QUIET = dict(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+"""A Trainer's options on the CPU that print nothing and log nothing (checkpoints aside)."""
+
+
 def quiet_trainer(**options):
-    """A Lightning ``Trainer`` on the CPU that writes and prints nothing (no logger, checkpoint, progress
-    bar or model summary); ``options``: any other argument of ``L.Trainer``."""
-    quiet = dict(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    return L.Trainer(**{**quiet, **options})
+    """A Lightning ``Trainer`` on the CPU that writes and prints nothing (:data:`QUIET`, and no
+    checkpoint); ``options``: any other argument of ``L.Trainer``."""
+    return L.Trainer(**{**QUIET, "enable_checkpointing": False, **options})
+
+
+def parity(n, seed):
+    """``n`` vectors of 8 elements in {-1, 0, 1} drawn from ``seed``, and the parity of their ones."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-1, 2, (n, 8), generator=g).float()
+    return x, (x == 1).sum(-1).remainder(2)
 
 
 def loader(n=64, batch_size=32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randint(-1, 2, (n, 8), generator=g).float()
-    return DataLoader(TensorDataset(x, ((x == 1).sum(1) % 2).long()), batch_size=batch_size)
+    return DataLoader(TensorDataset(*parity(n, seed)), batch_size=batch_size)
 
 
 def weighted_cross_entropy(logits, targets, weight=1.0):

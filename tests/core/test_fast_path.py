@@ -13,6 +13,8 @@ Deliberate breaks these tests catch (each was tried):
 - the shorter last batch of an epoch warned about:
   test_an_epochs_shorter_last_batch_is_stepped_eagerly_without_a_word;
 - gradient accumulation not refused: test_gradient_accumulation_trains_eagerly (Lightning refuses it);
+- the subclass's line not printed:
+  test_a_subclass_trains_its_own_step_eagerly_and_says_so;
 - ``on_save_checkpoint`` keeping the capture's settings or the manual step count:
   test_a_checkpoint_resumes_on_the_other_path[fast-plain]; ``on_load_checkpoint`` not carrying the
   automatic count: test_a_checkpoint_resumes_on_the_other_path[plain-fast].
@@ -26,6 +28,7 @@ import lightning as L
 import pytest
 import torch
 from stand_in_graphs import StandInGraphs, capturable_adam_on_the_cpu  # noqa: F401 (a fixture)
+from tiny_parity import QUIET, parity
 from torch.utils.data import DataLoader, TensorDataset
 
 from pondernet_tutorial import fast_path
@@ -34,20 +37,6 @@ from pondernet_tutorial.fitting import fit
 from pondernet_tutorial.lightning_module import PonderLitModule
 from pondernet_tutorial.methods.pondernet import PonderNet
 from pondernet_tutorial.steps.parity import ParityStep
-
-QUIET = dict(
-    accelerator="cpu",
-    logger=False,
-    enable_progress_bar=False,
-    enable_model_summary=False,
-    num_sanity_val_steps=0,
-)
-
-
-def parity(n, seed):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randint(-1, 2, (n, 8), generator=g).float()
-    return x, (x == 1).sum(-1).remainder(2)
 
 
 def loaders(n=384):
@@ -92,6 +81,7 @@ def train(module, tmp_path, clip=0.05, n=384, **options):
             **{"max_epochs": 2, **options},
             default_root_dir=tmp_path,
             gradient_clip_val=clip,
+            num_sanity_val_steps=0,
             **QUIET,
         )
     assert trainer.gradient_clip_val == clip  # the Trainer's own setting, given back after the fast path
@@ -203,3 +193,22 @@ def test_a_checkpoint_resumes_on_the_other_path(first, then, monkeypatch, tmp_pa
     assert isinstance(trainer.lightning_module, GraphedPonderLitModule) == (then == "fast")
     group = trainer.optimizers[0].param_groups[0]
     assert group["capturable"] == (then == "fast")
+
+
+def test_a_subclass_trains_its_own_step_eagerly_and_says_so(one_gpu, tmp_path, capsys):
+    """A subclass of the plain module has its own training step, which the graph would not replay: on
+    a GPU that has everything else it trains eagerly with one line that says so, and ``fast=True``
+    names what is missing."""
+
+    class OwnStep(PonderLitModule):
+        pass
+
+    torch.manual_seed(0)
+    module = OwnStep(PonderNet(ParityStep(8, hidden_size=16), max_steps=5, lambda_p=0.3), lr=0.01)
+    trainer, _ = train(module, tmp_path, max_epochs=1)
+    assert trainer.lightning_module is module and one_gpu == []
+    assert capsys.readouterr().err.splitlines() == [
+        "fit: OwnStep trains eagerly: the fast path wraps only the plain PonderLitModule."
+    ]
+    with pytest.raises(ValueError, match=r"^fit\(fast=True\) needs the plain PonderLitModule, not OwnStep"):
+        train(module, tmp_path / "asked", fast=True)

@@ -38,18 +38,11 @@ import lightning as L
 import pytest
 import torch
 from stand_in_graphs import StandInGraphs, capturable_adam_on_the_cpu  # noqa: F401 (a fixture)
-from tiny_parity import quiet_trainer
+from tiny_parity import parity, quiet_trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 from pondernet_tutorial.fast_path import GraphedStep
 from pondernet_tutorial.runs.module import GraphedRunModule, RunModule
-
-
-def parity(n, seed):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randint(-1, 2, (n, 8), generator=g).float()
-    return x, (x == 1).sum(-1).remainder(2)
-
 
 METHODS = {
     "pondernet": {"max_steps": 5, "lambda_p": 0.3},
