@@ -12,7 +12,9 @@ searched for:
 * **a sentence without its number**: a space before a punctuation mark that ends a clause
   ("is , and"), left where a glued value was missing;
 * **a paragraph made only of glued text**: a ``<p>`` whose words all come from glued values (myst-nb's
-  ``pasted-text``), so that no person wrote a word of it.
+  ``pasted-text``), so that no person wrote a word of it;
+* **a sentence said twice**: the same sentence of :data:`REPEAT_WORDS` words or more twice on one page
+  outside tables (a paste, or an edit applied in two places; each thing is said once).
 
 Exit status 0 when every page is clean, 1 when any page has a fault (each printed as
 ``page: fault: "the text around it"``), 2 on bad input.
@@ -29,6 +31,8 @@ from pathlib import Path
 SKIPPED_FOLDERS = {"_static", "_sources", "_images", "_downloads", "_modules"}
 PROSE_TAGS = {"p", "li", "td", "th", "dd", "figcaption", "caption", "h1", "h2", "h3", "h4"}
 SKIPPED_TAGS = {"pre", "code", "script", "style", "math", "nav", "header", "footer", "kbd", "samp"}
+REPEAT_WORDS = 8  # a shorter sentence ("Both seeds fail.") may fairly come back
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(*])")
 VERDICT_NOUNS = ("follows difficulty", "does not solve", "wrong direction", "fixed depth")
 FAULTS = {
     "a verdict used as a noun after 'is'": re.compile(
@@ -54,6 +58,7 @@ class Prose(HTMLParser):
         self.own: list[str] = []  # the current block's text outside glued values
         self.glued = False  # whether the current block holds glued text
         self.blocks: list[str] = []
+        self.sentences: list[str] = []  # the blocks outside tables (a table's labels repeat by design)
         self.glue_only: list[str] = []  # paragraphs whose words are all glued
 
     def _skipping(self) -> bool:
@@ -92,6 +97,8 @@ class Prose(HTMLParser):
             if kind == "prose" and not self._in_prose():
                 block = " ".join("".join(self.current).split())
                 self.blocks.append(block)
+                if open_tag not in ("td", "th") and not any(t in ("td", "th") for t, _ in self.stack):
+                    self.sentences.append(block)
                 if open_tag == "p" and self.glued and not re.search(r"[^\W\d_]", "".join(self.own)):
                     self.glue_only.append(block)
                 self.current, self.own, self.glued = [], [], False
@@ -116,6 +123,13 @@ def page_faults(html: str) -> list[tuple[str, str]]:
                 start, end = max(0, match.start() - 40), min(len(block), match.end() + 40)
                 found.append((name, block[start:end]))
     found += [("a paragraph made only of glued text", block[:80]) for block in parser.glue_only]
+    seen = set()
+    for block in parser.sentences:
+        for sentence in SENTENCE_END.split(block):
+            if len(sentence.split()) >= REPEAT_WORDS:
+                if sentence in seen:
+                    found.append(("a sentence said twice", sentence[:80]))
+                seen.add(sentence)
     return found
 
 

@@ -45,6 +45,14 @@ def test_a_paragraph_made_only_of_glued_text_is_named():
     assert faults("<table><tr><td>" + glued.format("99.9%") + "</td></tr></table>") == []  # a table cell
 
 
+def test_a_sentence_said_twice_on_a_page_is_named():
+    said = "They trained outside the book, one thread each, for four hours."
+    assert faults(f"<p>{said}</p><p>The curves are flat. {said}</p>") == ["a sentence said twice"]
+    assert faults("<p>Both seeds fail.</p><li>Both seeds fail.</li>") == []  # short: may come back
+    row = "<tr><td>pointer chasing, no exit bit: test, k 1 to 8 and more</td></tr>"
+    assert faults(f"<table>{row}{row}</table>") == []  # a table's labels repeat
+
+
 def test_the_command_line(tmp_path, capsys):
     (tmp_path / "clean.html").write_text(CLEAN, encoding="utf-8")
     assert check.main([str(tmp_path)]) == 0
