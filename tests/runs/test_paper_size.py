@@ -59,8 +59,9 @@ def _train(out: Path, updates: int, batches: int) -> subprocess.Popen:
 
 @pytest.mark.slow
 def test_a_killed_and_continued_run_ends_on_the_weights_of_one_run_in_one_go(tmp_path):
-    # two epochs of 200 updates: killed in the second, continued from the first's last.ckpt
-    updates, batches = 400, 200
+    # two epochs of 1,000 updates (the 2,000): killed in the second, continued from the first's
+    # last.ckpt
+    updates, batches = 2_000, 1_000
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     one_go = _train(straight, updates, batches)
     interrupted = _train(killed, updates, batches)
@@ -69,7 +70,7 @@ def test_a_killed_and_continued_run_ends_on_the_weights_of_one_run_in_one_go(tmp
     while not last.is_file() and interrupted.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert last.is_file(), interrupted.stderr.read()[-2000:]
-    time.sleep(0.5)  # into the second epoch (about 5 s long here)
+    time.sleep(0.5)  # into the second epoch (about 20 s long here)
     interrupted.send_signal(signal.SIGKILL)
     interrupted.wait()
     assert not (killed / "64-pondernet-seed0" / "model.safetensors").exists(), "killed after the end"
