@@ -371,8 +371,8 @@ class GraphedPonderLitModule(FastPonderLitModule):
     a graph would not replay as the step ran eagerly.
 
     Args: those of :class:`FastPonderLitModule`, and
-        graphs: how to capture; ``None``: CUDA's (:class:`CudaGraphs`) on a CUDA device, and eager
-            steps with the same computation elsewhere.
+        graphs: how to capture; ``None``: :func:`graphs_for` the device (CUDA's on a CUDA device, and
+            eager steps with the same computation elsewhere).
 
     Attributes:
         graph_replays: steps of the last ``fit`` replayed from a captured graph (0: none was captured,
@@ -446,9 +446,7 @@ class GraphedPonderLitModule(FastPonderLitModule):
         x, y = batch
         optimizer = self.optimizers()
         if self._graphed is None:
-            graphs = self.graphs
-            if graphs is None and self.device.type == "cuda":
-                graphs = CudaGraphs()
+            graphs = self.graphs if self.graphs is not None else graphs_for(self.device)
             self.start_sums()  # before the capture: the graph writes into them
             self._graphed = GraphedStep(
                 self.summed_values,
@@ -476,6 +474,12 @@ class GraphedPonderLitModule(FastPonderLitModule):
         scheduler = self.lr_schedulers()
         if scheduler is not None and "val/acc" in self.trainer.callback_metrics:
             scheduler.step(self.trainer.callback_metrics["val/acc"])
+
+
+def graphs_for(device: torch.device) -> CudaGraphs | None:
+    """How a training step on ``device`` is captured: CUDA's graphs on a CUDA device; elsewhere none,
+    and every step runs eagerly. (The tests put their stand-in in its place.)"""
+    return CudaGraphs() if device.type == "cuda" else None
 
 
 GRAPH_PRECISIONS_EXCLUDED = ("16-mixed", "16")  # GradScaler's step waits for the device: not capturable
@@ -549,9 +553,9 @@ def fast_module(module: PonderLitModule, trainer: L.Trainer, fast: bool | None =
         )
     if missing:
         return module
-    graphed = GraphedPonderLitModule(
-        module.model, **module.hparams, grad_clip=float(trainer.gradient_clip_val or 0.0), graphs=CudaGraphs()
-    )  # CUDA's graphs, named here so that the tests can put their stand-in in their place
+    graphed = GraphedPonderLitModule(  # its graphs: graphs_for(the device it trains on)
+        module.model, **module.hparams, grad_clip=float(trainer.gradient_clip_val or 0.0)
+    )
     graphed.trainer_clip = trainer.gradient_clip_val  # given back after fit
     trainer.gradient_clip_val = None  # the graphed step clips (Lightning's manual optimisation does not)
     return graphed

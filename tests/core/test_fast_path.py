@@ -50,7 +50,7 @@ def plain_module(step=ParityStep):
 
 
 class Recorded:
-    """Stand-in graphs that keep what they did, made where ``fast_module`` makes CUDA's."""
+    """Stand-in graphs that keep what they did, made where the module picks CUDA's (``graphs_for``)."""
 
     made: list[StandInGraphs] = []
 
@@ -65,7 +65,7 @@ def one_gpu(monkeypatch):
     """The Trainer's checks find one CUDA device, and CUDA's graphs are the stand-in's."""
     Recorded.made = []
     monkeypatch.setattr(fast_path, "graph_blockers", lambda trainer, precision=None: [])
-    monkeypatch.setattr(fast_path, "CudaGraphs", Recorded)
+    monkeypatch.setattr(fast_path, "graphs_for", lambda device: Recorded())
     return Recorded.made
 
 
@@ -141,6 +141,12 @@ def test_an_epochs_shorter_last_batch_is_stepped_eagerly_without_a_word(one_gpu,
     assert trainer.lightning_module._graphed is None and trainer.global_step == 2 * 7
 
 
+def test_cuda_graphs_are_picked_on_a_cuda_device_only():
+    """What the tests replace: the module's own choice of graphs, CUDA's on a CUDA device, none elsewhere."""
+    assert isinstance(fast_path.graphs_for(torch.device("cuda", 0)), fast_path.CudaGraphs)
+    assert fast_path.graphs_for(torch.device("cpu")) is None
+
+
 def test_fast_false_and_the_cpu_leave_the_module_as_it_is(monkeypatch, tmp_path):
     """On the CPU ``fit`` trains the module it is given, and ``fast=True`` says in one line what it
     lacks; ``fast=False`` never wraps, whatever the device."""
@@ -180,7 +186,7 @@ def test_a_checkpoint_resumes_on_the_other_path(first, then, monkeypatch, tmp_pa
                 lambda *a, **k: ["cpu"],
             )
             monkeypatch.setattr(fast_path, "graph_blockers", lambda trainer, precision=None: [])
-            monkeypatch.setattr(fast_path, "CudaGraphs", StandInGraphs)
+            monkeypatch.setattr(fast_path, "graphs_for", lambda device: StandInGraphs())
         return None if path == "fast" else False
 
     folder = tmp_path / "checkpoints"
