@@ -79,11 +79,9 @@ def pondernet(w, options, x, rng):
     """The answer ŷ_T at the first step T whose coin u_n < λ_n (λ = 1 at eval_max_steps), and T."""
     last, answer = options.get("eval_max_steps") or options["max_steps"], np.zeros(len(x), dtype=int)
     coins = rng.random((len(x), last))  # u_{b,n} ~ U(0, 1)
-    frozen = options.get("learn_halting") is False  # the control: λ_n = λ_p whatever z_n
 
     def halts(n, z, y, rows):
-        lam = np.full(len(z), options["lambda_p"]) if frozen else halting_probability(z)
-        stop = (coins[rows, n - 1] < lam) | (n == last)  # Bernoulli(λ_n)
+        stop = (coins[rows, n - 1] < halting_probability(z)) | (n == last)  # Bernoulli(λ_n)
         answer[rows[stop]] = y[stop].argmax(1)
         return stop
 

@@ -35,6 +35,10 @@ from .verdicts import side
 
 UPDATES = 500_000  # the update count every run trains to, whatever its accuracy
 SEEDS = (0, 1)  # every run's seeds: a claim is judged over all of them
+# the study's runs, (size, method, seed): PonderNet and ACT at 64 and 96 elements, each seed
+RUNS = frozenset(
+    (size, method, seed) for size in (64, 96) for method in ("pondernet", "act") for seed in SEEDS
+)
 STUDY = "parity-paper-size"  # the shipped study's folder, under pretrained/studies
 CHANCE = 0.5
 HELD, NOT_HELD, UNDETERMINED, NOT_JUDGED = "held", "not held", "undetermined", "not judged"

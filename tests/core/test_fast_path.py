@@ -44,9 +44,9 @@ def loaders(n=384):
     return train, DataLoader(TensorDataset(*parity(128, 6)), batch_size=64)
 
 
-def plain_module(step=ParityStep):
+def plain_module(step=ParityStep, cls=PonderLitModule):
     torch.manual_seed(0)
-    return PonderLitModule(PonderNet(step(8, hidden_size=16), max_steps=5, lambda_p=0.3), lr=0.01)
+    return cls(PonderNet(step(8, hidden_size=16), max_steps=5, lambda_p=0.3), lr=0.01)
 
 
 class Recorded:
@@ -209,8 +209,7 @@ def test_a_subclass_trains_its_own_step_eagerly_and_says_so(one_gpu, tmp_path, c
     class OwnStep(PonderLitModule):
         pass
 
-    torch.manual_seed(0)
-    module = OwnStep(PonderNet(ParityStep(8, hidden_size=16), max_steps=5, lambda_p=0.3), lr=0.01)
+    module = plain_module(cls=OwnStep)
     trainer, _ = train(module, tmp_path, max_epochs=1)
     assert trainer.lightning_module is module and one_gpu == []
     assert capsys.readouterr().err.splitlines() == [
