@@ -99,11 +99,12 @@ def reader_request(identity: dict) -> dict:
 
 @cache
 def study_configs() -> dict[Path, list[tuple[str, TrainConfig]]]:
-    """The runs that the shipped studies ship with their weights, by the folder their configuration
-    names (a study whose tables are not shipped yet, defined with its rules before its runs, has none)."""
+    """The runs that the studies ship with their weights, by the folder their configuration names. A
+    study's runs may land before its tables: a study trained over several sessions ships each finished
+    run as it ends (a session's machine keeps nothing), and its tables once the last one is in."""
     named: dict[Path, list] = {}
     for study in STUDIES.values():
-        if study.ship != "tables" and (SHIPPED / "studies" / study.name).is_dir():
+        if study.ship != "tables":
             for config in study.configs(output_dir=str(SHIPPED)):
                 named.setdefault(config.run_dir.resolve(), []).append((study.name, config))
     return named
