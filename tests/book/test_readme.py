@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from pondernet_tutorial.analysis import paper_claims
-from pondernet_tutorial.analysis.heads import at_limit
+from pondernet_tutorial.analysis.heads import HeadRules, at_limit
 from pondernet_tutorial.analysis.notebook import load_json
 from pondernet_tutorial.analysis.verdicts import FIXED, FOLLOWS, Rules, config_label, judge, span
-from pondernet_tutorial.runs.config import PRETRAINED_DIR
+from pondernet_tutorial.runs.config import PRETRAINED_DIR, TrainConfig
 from pondernet_tutorial.runs.evaluation import COIN_DRAWS
 from pondernet_tutorial.runs.files import read_table
 from pondernet_tutorial.runs.registry import get_experiment
@@ -162,10 +162,22 @@ def expected_results() -> tuple[list[str], dict[str, bool]]:
         and plain.loc["HRM's head", "solves"] is False
         and plain.loc["HRM's head (last epoch)", "solves"] is True
     )
-    studies = [f"halting-heads-{task}" for task in HEADS_TASKS]
-    holds["heads: the paper's parity is still training"] = [
-        (PRETRAINED_DIR / "studies" / study / "study.json").is_file() for study in studies
-    ] == [True, True, False]
+    # the heads on the paper's parity: its budget, the fixed depth's seeds, TRM's and HRM's collapse
+    parity_task = HEADS_TASKS["parity"][1]
+    parity_runs = per_run("halting-heads-parity", parity_task["experiment"])
+    parity, _ = judge(parity_runs, 1 / 2)
+    fixed = parity_runs[parity_runs["family"] == "fixed"]
+    budget = TrainConfig.from_options(**parity_task, method="pondernet")  # the task's N, as heads_runs
+    numbers += [str(budget.epochs), str(budget.max_steps)] + [pct(a) for a in fixed["accuracy"]]
+    numbers.append(f"{HeadRules().collapsed:g}")
+    holds["heads: on parity no head that halts solves it; TRM's and HRM's seeds all stop within 2 steps"] = (
+        (parity.loc[~parity["family"].isin(["fixed", "control"]), "solves"] == False).all()  # noqa: E712
+        and len(fixed) == 3
+        and (fixed["steps"] == budget.max_steps).all()
+        and (
+            parity_runs.loc[parity_runs["family"].isin(["trm", "hrm"]), "steps"] <= HeadRules().collapsed
+        ).all()
+    )
     return numbers, holds
 
 
