@@ -9,6 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from pondernet_tutorial.analysis.heads import HeadRules, collapse
+from pondernet_tutorial.analysis.notebook import load_json
+from pondernet_tutorial.analysis.verdicts import config_label, judge
+from pondernet_tutorial.runs.config import PRETRAINED_DIR
+from pondernet_tutorial.runs.registry import get_experiment
+from pondernet_tutorial.runs.studies import load_study
+
 CHEAT_SHEET = Path(__file__).resolve().parents[2] / "book" / "cheat_sheet.md"
 MAX_LINES = 18  # imports, a step function of 10 lines, and five lines that train and diagnose
 
@@ -34,3 +41,41 @@ def test_the_snippet_runs_as_a_plain_script(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "the prior's mean over 1..N: 2.0" in done.stdout  # λ_p 0.5 over N = 12: about 2 steps
     assert "verdict: " in done.stdout
+
+
+def judged_heads(study: str, set_name: str = "test"):
+    """One test set of a shipped halting-heads study: each configuration's verdict (the book's judge)
+    and its collapsed seeds (chapter 13's rule), the configurations named as the book names them."""
+    tables = load_study(study, PRETRAINED_DIR)
+    runs = tables["runs"]
+    labels = [config_label(load_json(PRETRAINED_DIR, run)["config"]) for _, run in runs.iterrows()]
+    runs = runs.assign(config=[name for name, _ in labels], family=[family for _, family in labels])
+    halting = tables["halting"][tables["halting"]["set"] == set_name]
+    halting = halting.assign(accuracy=halting["accuracy_draws"], rho=halting["rho_draws"])
+    per_run = halting.merge(runs[["experiment", "variant", "seed", "config", "family"]])
+    chance = 1 / get_experiment(runs["experiment"].iloc[0]).n_classes
+    configs, _ = judge(per_run, chance)
+    return configs, collapse(per_run)[1]
+
+
+def test_which_head_holds():
+    """The cheat sheet's "Which halting head" says what chapter 13's tables give, by its rules."""
+    text = CHEAT_SHEET.read_text(encoding="utf-8")
+    assert "## Which halting head" in text and "never collapsed to two steps or fewer" in text
+    assert HeadRules().collapsed == 2  # "two steps or fewer"
+    for study in (
+        "halting-heads-pointer",
+        "halting-heads-noexit",
+    ):  # pointer chasing, with and without the bit
+        configs, _ = judged_heads(study)
+        solves = configs["solves"]
+        adaptive = configs["family"].isin(["pondernet", "act"])
+        assert (solves[adaptive] == True).all(), study  # noqa: E712 (None is not True)
+        assert solves["TRM's head"] is False and solves["HRM's head"] is False, study
+        assert solves["HRM's head (last epoch)"] is True, study
+    configs, collapsed = judged_heads("halting-heads-parity")
+    halting = ~configs["family"].isin(["fixed", "control"])
+    assert configs["accuracy"].idxmax() == "fixed 20 steps"  # the fixed depth beat every halting head
+    assert configs.loc[halting, "solves"].map(lambda v: v is False).all()
+    never = collapsed.loc[halting[halting].index, "collapsed"] == 0
+    assert set(never[never].index) == set(configs.index[configs["family"] == "pondernet"])
