@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_readme import per_run
 
 from pondernet_tutorial.analysis.heads import HeadRules, collapse
-from pondernet_tutorial.analysis.notebook import load_json
-from pondernet_tutorial.analysis.verdicts import config_label, judge
+from pondernet_tutorial.analysis.verdicts import judge
 from pondernet_tutorial.runs.config import PRETRAINED_DIR
 from pondernet_tutorial.runs.registry import get_experiment
 from pondernet_tutorial.runs.studies import load_study
@@ -45,17 +45,11 @@ def test_the_snippet_runs_as_a_plain_script(tmp_path):
 
 def judged_heads(study: str, set_name: str = "test"):
     """One test set of a shipped halting-heads study: each configuration's verdict (the book's judge)
-    and its collapsed seeds (chapter 13's rule), the configurations named as the book names them."""
-    tables = load_study(study, PRETRAINED_DIR)
-    runs = tables["runs"]
-    labels = [config_label(load_json(PRETRAINED_DIR, run)["config"]) for _, run in runs.iterrows()]
-    runs = runs.assign(config=[name for name, _ in labels], family=[family for _, family in labels])
-    halting = tables["halting"][tables["halting"]["set"] == set_name]
-    halting = halting.assign(accuracy=halting["accuracy_draws"], rho=halting["rho_draws"])
-    per_run = halting.merge(runs[["experiment", "variant", "seed", "config", "family"]])
-    chance = 1 / get_experiment(runs["experiment"].iloc[0]).n_classes
-    configs, _ = judge(per_run, chance)
-    return configs, collapse(per_run)[1]
+    and its collapsed seeds (chapter 13's rule), the runs read as the README's test reads them."""
+    experiment = load_study(study, PRETRAINED_DIR)["runs"]["experiment"].iloc[0]  # one per heads study
+    runs = per_run(study, experiment, set_name)
+    configs, _ = judge(runs, 1 / get_experiment(experiment).n_classes)
+    return configs, collapse(runs)[1]
 
 
 def test_which_head_holds():
