@@ -48,7 +48,8 @@ from pondernet_tutorial.data.base import EvalSet
 from pondernet_tutorial.runs.checkpoints import load_model
 from pondernet_tutorial.runs.config import PRETRAINED_DIR, WEIGHTS, TrainConfig
 from pondernet_tutorial.runs.evaluation import _datamodule_and_record
-from pondernet_tutorial.runs.files import read_json, read_table, write_csv
+from pondernet_tutorial.runs.files import write_csv
+from pondernet_tutorial.untrusted import read_json, read_table
 
 QUICK_RUN = PRETRAINED_DIR / "pointer-extrapolation" / "pondernet-lambda_p=0.5-beta=0.01" / "seed0"
 MODES = ("early exit", "full unroll", "fixed depth")

@@ -23,8 +23,8 @@ from pondernet_tutorial.runs.checkpoints import available_pretrained, load_model
 from pondernet_tutorial.runs.config import PRETRAINED_DIR, WEIGHTS, TrainConfig, identity_differences
 from pondernet_tutorial.runs.evaluation import _datamodule_and_record, evaluate
 from pondernet_tutorial.runs.evaluation import summarize as summarize_samples
-from pondernet_tutorial.runs.files import read_json
 from pondernet_tutorial.runs.registry import get_experiment
+from pondernet_tutorial.untrusted import read_json
 
 COLUMNS = ("accuracy", "halt_step", "expected_steps")
 # the shipped tables are written to 6 significant digits ("%.6g"): a relative difference up to 5e-6 is the

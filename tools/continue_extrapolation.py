@@ -40,10 +40,11 @@ from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model, sav
 from pondernet_tutorial.runs.cli import Parser  # a mistake in the arguments: one line, exit status 2
 from pondernet_tutorial.runs.config import PRETRAINED_DIR
 from pondernet_tutorial.runs.evaluation import range_scores
-from pondernet_tutorial.runs.files import read_json, read_table, write_csv
+from pondernet_tutorial.runs.files import write_csv
 from pondernet_tutorial.runs.resume import last_checkpoint, read_checkpoint
 from pondernet_tutorial.runs.studies import get_study
 from pondernet_tutorial.runs.training import trainer_options
+from pondernet_tutorial.untrusted import read_json, read_table
 
 TOTAL_EPOCHS = 500  # an epoch is 1,000 batches of 128: 500,000 updates
 EVERY = 10  # epochs between two points of the curve: 10,000 updates

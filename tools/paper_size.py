@@ -49,9 +49,10 @@ from pondernet_tutorial.runs.build import make_datamodule, make_module, trainer_
 from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model, save_weights
 from pondernet_tutorial.runs.config import PRETRAINED_DIR, TrainConfig
 from pondernet_tutorial.runs.evaluation import range_scores
-from pondernet_tutorial.runs.files import read_json, read_table, write_csv, write_json
+from pondernet_tutorial.runs.files import write_csv, write_json
 from pondernet_tutorial.runs.resume import LAST, last_checkpoint, read_checkpoint
 from pondernet_tutorial.runs.training import hardware, library_versions, quiet_lightning
+from pondernet_tutorial.untrusted import read_json, read_table
 
 BATCHES_PER_EPOCH = 1_000  # an epoch of the data module: 1,000 batches of 128
 EVERY = 10  # epochs between two points of the curve: 10,000 updates

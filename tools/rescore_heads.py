@@ -35,8 +35,8 @@ from pondernet_tutorial.analysis.paper_claims import difference_in_se
 from pondernet_tutorial.runs.build import make_datamodule
 from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model
 from pondernet_tutorial.runs.config import PRETRAINED_DIR, WEIGHTS, TrainConfig
-from pondernet_tutorial.runs.files import DamagedFileError, read_json, read_table
 from pondernet_tutorial.runs.studies import get_study
+from pondernet_tutorial.untrusted import DamagedFileError, read_json, read_table
 
 STUDY = "halting-heads-pointer"
 # the evaluation's sets are drawn from seeds 3,100 and 4,100 (plus the size), its coins from 0: these

@@ -146,7 +146,7 @@ def load_model(root, run):
 def load_json(root, run, name: str = "metadata.json") -> dict:
     import json
 
-    from ..runs.files import read_regular
+    from ..untrusted import read_regular
 
     return json.loads(read_regular(run_file(root, run, name)).decode("utf-8"))
 
@@ -156,7 +156,7 @@ def load_table(root, runs, name: str):
     columns (experiment, variant, seed, ...) in front."""
     import pandas as pd
 
-    from ..runs.files import read_table
+    from ..untrusted import read_table
 
     frames = []
     for _, run in runs.iterrows():

@@ -21,7 +21,12 @@ from pathlib import Path
 
 import torch
 
-from ..untrusted import CheckpointError  # noqa: F401 (raised here, caught by its callers)
+from ..untrusted import (
+    CheckpointError,  # noqa: F401 (raised here, caught by its callers)
+    DamagedFileError,
+    read_json,
+    read_regular,
+)
 from .build import ModelTooLargeError, count_weights, make_module, one_line
 from .config import (
     PRETRAINED_DIR,
@@ -31,7 +36,7 @@ from .config import (
     identity_differences,
     other_methods_options,
 )
-from .files import DamagedFileError, atomic_file, plain, read_json, read_regular
+from .files import atomic_file, plain
 from .module import RunModule
 from .options import MAX_PARAMETERS, PARAMETERS_REASON, check_steps, method_options, step_options
 from .processes import command_name

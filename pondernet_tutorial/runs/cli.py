@@ -309,10 +309,10 @@ def _user_errors():
     """The exception types that mean a mistake in the input (imported only when a command runs)."""
     from ..data.mnist import MNISTDamagedError, MNISTNotFoundError
     from ..fitting import TrainingDivergedError
+    from ..untrusted import DamagedFileError
     from .build import MissingPackageError
     from .checkpoints import CheckpointError
     from .config import ConfigMismatchError
-    from .files import DamagedFileError
 
     try:  # Lightning's error for a bad --accelerator, --devices or --strategy
         from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -561,7 +561,7 @@ def _pretrained_config(args, given: dict) -> TrainConfig:
 def _recorded_experiment(checkpoint) -> str | None:
     """The experiment that the metadata.json beside a checkpoint records, if it is there and readable."""
     meta = checkpoint.parent / "metadata.json"  # with_name would fail on a path without a name (/)
-    from .files import read_json
+    from ..untrusted import read_json
 
     try:
         return read_json(meta)["config"]["experiment"]
@@ -593,8 +593,8 @@ def _readable_run_name(run_dir) -> str:
     """``experiment/variant`` of a run folder, with an option whose value is a dictionary written out
     with its own ``=`` (``step_options=(exit_feature=false,n_slots=32)``; the folder name, made of the
     characters every file system keeps, reads ``step_options=exit_featurefalse_n_slots32``)."""
+    from ..untrusted import read_json
     from .config import _slug
-    from .files import read_json
 
     name = f"{run_dir.parent.name}/{run_dir.name}"
     try:

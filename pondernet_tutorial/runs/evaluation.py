@@ -21,8 +21,9 @@ import torch
 
 from ..data.base import EvalSet
 from ..methods.base import expected_steps, per_sample_loss
+from ..untrusted import read_json, read_table
 from .config import WEIGHTS, TrainConfig, identity_differences
-from .files import folder_lock, read_json, read_table, write_csv, write_json
+from .files import folder_lock, write_csv, write_json
 from .processes import command_name
 
 EVAL_FORMAT = "pondernet_tutorial/evaluation-v3"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from ..untrusted import MAX_READ_BYTES, DamagedFileError, open_regular  # noqa: F401 (used here and by runs/)
+from ..untrusted import DamagedFileError
 from .processes import is_rank_zero, pid_alive
 
 TEMP_SUFFIX = ".tmp"
@@ -177,104 +177,6 @@ def write_csv(path: str | os.PathLike, frame, **to_csv_options) -> Path:
     with atomic_file(path, "wb") as handle:
         frame.to_csv(handle, **to_csv_options)
     return path
-
-
-# tables (history.csv, the evaluation and study tables, per_sample.csv.gz): the largest shipped one holds
-# 4.5 MB gzipped, about 40 MB of text; a table 6 times bigger is not one the package wrote (and a table
-# within the bound is read in seconds)
-MAX_TABLE_BYTES = 256 * 2**20
-
-
-def read_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES) -> bytes:
-    """The bytes of ``path`` if it is a regular file (see :func:`open_regular`) of at most ``cap`` bytes:
-    nothing blocks, nothing is read without bound."""
-    with open_regular(path, cap) as file:
-        data = file.read(cap + 1)
-    if len(data) > cap:
-        raise DamagedFileError(errno.EFBIG, f"{path} holds more than {cap:,} bytes")
-    return data
-
-
-def damaged_table(path, why: str) -> DamagedFileError:
-    """A table that cannot be read, in one line that says what to do."""
-    return DamagedFileError(
-        errno.EINVAL,
-        f"{path} is not a readable table ({why}): make it again with the command that wrote it "
-        "(`reproduce --reevaluate` for a run's tables)",
-    )
-
-
-class _Capped:
-    """A binary reader that raises :class:`DamagedFileError` after ``cap`` bytes (a gzip bomb), or at the
-    first NUL byte, which no text table holds (a sparse or zeroed file reads as a table of none)."""
-
-    def __init__(self, raw, cap: int, path):
-        self.raw, self.cap, self.path, self.count = raw, cap, path, 0
-
-    def _counted(self, data: bytes) -> bytes:
-        self.count += len(data)
-        if self.count > self.cap:
-            raise DamagedFileError(errno.EFBIG, f"{self.path} holds more than {self.cap:,} bytes of table")
-        if b"\0" in data:
-            raise damaged_table(self.path, "it holds NUL bytes, not text")
-        return data
-
-    def read(self, size: int = -1) -> bytes:
-        return self._counted(self.raw.read(self.cap + 1 - self.count if size is None or size < 0 else size))
-
-    def readable(self) -> bool:
-        return True
-
-    def __iter__(self):
-        return iter(self.readline, b"")
-
-    def readline(self, size: int = -1) -> bytes:
-        return self._counted(self.raw.readline(self.cap + 1 - self.count))
-
-
-def read_table(
-    path: str | os.PathLike, cap: int = MAX_TABLE_BYTES, numeric: tuple[str, ...] = (), **read_csv_options
-):
-    """A CSV table (gzip-compressed when ``path`` ends with ``.gz``) as a pandas ``DataFrame``, read only
-    if it is a regular file of at most ``cap`` bytes, compressed and uncompressed, of text (no NUL byte)
-    with at least one column; ``numeric``: the columns that must hold numbers where the table has them.
-
-    Raises:
-        FileNotFoundError: no such file.
-        DamagedFileError: not a regular file, too big, or not a readable table (one line).
-    """
-    import gzip
-    import zlib
-
-    import pandas as pd
-
-    path = Path(path)
-    with open_regular(path, cap) as file:
-        raw = gzip.GzipFile(fileobj=file, mode="rb") if path.suffix == ".gz" else file
-        try:
-            table = pd.read_csv(_Capped(raw, cap, path), **read_csv_options)
-        except DamagedFileError:
-            raise
-        except (ValueError, OSError, EOFError, zlib.error, pd.errors.ParserError) as error:
-            # a UnicodeDecodeError and an empty file's EmptyDataError are ValueErrors; a damaged deflate
-            # stream is a zlib.error, a damaged gzip header a BadGzipFile (an OSError)
-            raise damaged_table(path, " ".join(str(error).split())[:200]) from None
-    for column in numeric:
-        if column in table and not pd.api.types.is_numeric_dtype(table[column]):
-            text = next((v for v in table[column] if isinstance(v, str)), None)
-            if text is not None:  # (an empty table's columns hold no text)
-                raise damaged_table(path, f"its column {column} holds {text[:40]!r}, not numbers")
-    return table
-
-
-def read_json(path: str | os.PathLike) -> dict | None:
-    """The JSON object in ``path``; ``None`` if the file is missing, empty, damaged, not a regular file,
-    too big, or nested too deep (a ``RecursionError``)."""
-    try:
-        data = json.loads(read_regular(path).decode("utf-8"))
-    except (OSError, ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        return None
-    return data if isinstance(data, dict) else None
 
 
 class FolderLockedError(FileExistsError):

@@ -19,10 +19,10 @@ import lightning as L
 import torch
 
 from ..checkpointing import CheckedCheckpointIO, read_checkpoint_file
-from ..untrusted import CheckpointError
+from ..untrusted import CheckpointError, read_json, read_table
 from .checkpoints import read_header
 from .config import WEIGHTS, check_same_identity, identity_differences
-from .files import atomic_file, plain, read_json, read_table
+from .files import atomic_file, plain
 from .options import MAX_PARAMETERS
 from .processes import is_rank_zero
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..untrusted import read_json, read_table
 from .config import (
     PRETRAINED_DIR,
     WEIGHTS,
@@ -36,7 +37,7 @@ from .config import (
     check_not_shipped,
     identity_differences,
 )
-from .files import folder_lock, read_json, read_table, write_csv, write_json
+from .files import folder_lock, write_csv, write_json
 from .options import method_option_names
 from .processes import Interrupted, check_jobs, command_name, is_rank_zero, stop_on_signals
 

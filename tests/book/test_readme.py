@@ -14,9 +14,9 @@ from pondernet_tutorial.analysis.notebook import load_json
 from pondernet_tutorial.analysis.verdicts import FIXED, FOLLOWS, Rules, config_label, judge, span
 from pondernet_tutorial.runs.config import PRETRAINED_DIR, TrainConfig
 from pondernet_tutorial.runs.evaluation import COIN_DRAWS
-from pondernet_tutorial.runs.files import read_table
 from pondernet_tutorial.runs.registry import get_experiment
 from pondernet_tutorial.runs.studies import HEADS_TASKS, POINTER, load_study
+from pondernet_tutorial.untrusted import read_table
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 RULES = Rules()

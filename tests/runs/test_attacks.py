@@ -265,7 +265,8 @@ def test_out_of_memory_while_training_is_one_line(tmp_path, monkeypatch, capsys)
 def test_a_lock_that_cannot_be_read_is_damaged_in_one_line_without_spinning(tmp_path, how):
     import threading
 
-    from pondernet_tutorial.runs.files import DamagedFileError, folder_lock
+    from pondernet_tutorial.runs.files import folder_lock
+    from pondernet_tutorial.untrusted import DamagedFileError
 
     folder = tmp_path / "seed0"
     lock = tmp_path / "seed0.lock"
@@ -297,7 +298,7 @@ def test_a_lock_that_cannot_be_read_is_damaged_in_one_line_without_spinning(tmp_
 def test_metadata_that_is_not_a_small_regular_json_file_is_damaged_at_once(tmp_path, how, capsys):
     import threading
 
-    from pondernet_tutorial.runs.files import read_json
+    from pondernet_tutorial.untrusted import read_json
 
     meta = tmp_path / "metadata.json"
     if how == "fifo":
@@ -509,7 +510,7 @@ def test_a_checkpoint_that_is_not_a_regular_file_is_one_line_at_once(tmp_path, h
 def test_a_run_table_that_is_not_a_regular_file_is_one_line_at_once(tmp_path, how, name):
     from pondernet_tutorial.analysis.notebook import load_table
     from pondernet_tutorial.runs.evaluation import RUN_TABLES, load_run_tables
-    from pondernet_tutorial.runs.files import DamagedFileError
+    from pondernet_tutorial.untrusted import DamagedFileError
 
     run = tmp_path / "exp" / "variant" / "seed0"
     run.mkdir(parents=True)
@@ -528,7 +529,8 @@ def test_a_run_table_that_is_not_a_regular_file_is_one_line_at_once(tmp_path, ho
 
 
 def test_a_study_table_that_is_a_fifo_is_one_line_at_once(tmp_path):
-    from pondernet_tutorial.runs.files import DamagedFileError, write_json
+    from pondernet_tutorial.runs.files import write_json
+    from pondernet_tutorial.untrusted import DamagedFileError
 
     folder = tmp_path / "studies" / "faults"
     folder.mkdir(parents=True)
@@ -542,7 +544,7 @@ def test_a_table_that_unpacks_beyond_the_cap_is_refused(tmp_path):
     """A gzip bomb: a few kB on the disk, far more once unpacked."""
     import gzip
 
-    from pondernet_tutorial.runs.files import DamagedFileError, read_table
+    from pondernet_tutorial.untrusted import DamagedFileError, read_table
 
     path = tmp_path / "per_sample.csv.gz"
     path.write_bytes(gzip.compress(b"a,b\n" + b"1,2\n" * 500_000))

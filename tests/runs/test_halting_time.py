@@ -20,7 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import halting_time  # noqa: E402
 
-from pondernet_tutorial.runs.files import read_table  # noqa: E402
+from pondernet_tutorial.untrusted import read_table  # noqa: E402
 
 RUN = halting_time.QUICK_RUN
 # the paper's parity: its steps' accuracies differ from step to step, pointer chasing's reach 1

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from pondernet_tutorial.runs.config import PRETRAINED_DIR
-from pondernet_tutorial.runs.files import read_table
+from pondernet_tutorial.untrusted import read_table
 
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "rescore_heads.py"
 spec = importlib.util.spec_from_file_location("rescore_heads", TOOL)

@@ -28,16 +28,16 @@ import tiny_parity
 import torch
 from test_untrusted_runs import stopped_run, time_limit
 
+from pondernet_tutorial import untrusted
 from pondernet_tutorial.data.modules import ParityDataModule
 from pondernet_tutorial.fitting import MAX_EPOCHS, fit
 from pondernet_tutorial.runs import cli, studies
-from pondernet_tutorial.runs import files as run_files
 from pondernet_tutorial.runs.checkpoints import load_model, load_pretrained, save_weights
 from pondernet_tutorial.runs.config import WEIGHTS
 from pondernet_tutorial.runs.evaluation import RUN_TABLES, load_run_tables
-from pondernet_tutorial.runs.files import DamagedFileError, write_json
+from pondernet_tutorial.runs.files import write_json
 from pondernet_tutorial.runs.training import train
-from pondernet_tutorial.untrusted import CheckpointError
+from pondernet_tutorial.untrusted import CheckpointError, DamagedFileError
 
 QUIET = dict(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
 
@@ -158,7 +158,7 @@ def test_4_a_model_file_swapped_for_a_fifo_after_its_check_is_never_opened_again
     ends the wait after 20 s, so that the old code fails instead of hanging)."""
     path = tiny_model_file(tmp_path)
     expected = load_model(path).state_dict()
-    checked = run_files.open_regular  # what load_model's read (files.read_regular) opens through
+    checked = untrusted.open_regular  # what load_model's read (untrusted.read_regular) opens through
 
     def check_then_swap(name, *args, **kwargs):
         handle = checked(name, *args, **kwargs)
@@ -166,7 +166,7 @@ def test_4_a_model_file_swapped_for_a_fifo_after_its_check_is_never_opened_again
         os.mkfifo(name)  # the attacker's swap, between the check and any second open
         return handle
 
-    monkeypatch.setattr(run_files, "open_regular", check_then_swap)
+    monkeypatch.setattr(untrusted, "open_regular", check_then_swap)
     unblock = "import os, sys, time; time.sleep(20); os.write(os.open(sys.argv[1], os.O_WRONLY | os.O_NONBLOCK), b'x')"
     writer = subprocess.Popen([sys.executable, "-c", unblock, str(path)], stderr=subprocess.DEVNULL)
     try:

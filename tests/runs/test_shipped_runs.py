@@ -47,9 +47,9 @@ import pondernet_tutorial
 from pondernet_tutorial.runs.checkpoints import load_pretrained
 from pondernet_tutorial.runs.config import TrainConfig
 from pondernet_tutorial.runs.evaluation import evaluate, load_run_tables, summarize
-from pondernet_tutorial.runs.files import read_json
 from pondernet_tutorial.runs.studies import STUDIES
 from pondernet_tutorial.threads import training_threads
+from pondernet_tutorial.untrusted import read_json
 
 SHIPPED = Path(pondernet_tutorial.__file__).parent / "pretrained"
 RUNS = sorted(model.parent for model in SHIPPED.glob("**/seed*/model.safetensors"))
