@@ -1,0 +1,61 @@
+"""``benchmarks/compile_cache.py``: the check that a training step loaded from torch.compile's on-disk
+cache runs as fast as the one compiled afresh (issue 43 found it 3-8x slower, graphed, on an H100).
+
+Deliberate breaks these tests catch (each was tried):
+- the two processes not given one cache folder of their own (``TORCHINDUCTOR_CACHE_DIR`` dropped):
+  test_the_second_process_loads_the_first_ones_step (they write into the reader's cache);
+- the ratio turned round (cold over warm): test_a_slow_warm_step_fails;
+- a warm process without a cache hit passed: test_a_check_that_missed_the_cache_fails.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+import compile_cache  # noqa: E402
+
+
+def run(ms: float, graphs: int = 1, **cache) -> dict:
+    return {"ms_per_step": ms, "graphs_compiled": graphs, "cache": cache}
+
+
+COLD = run(10.0, **{"inductor/fxgraph_cache_miss": 2})
+WARM = {"inductor/fxgraph_cache_hit": 2}
+
+
+def test_a_slow_warm_step_fails():
+    assert compile_cache.verdict(COLD, run(14.0, **WARM), 1.5)[0]
+    passed, line = compile_cache.verdict(COLD, run(40.0, **WARM), 1.5)
+    assert not passed and line.startswith("warm/cold 4.00"), line
+
+
+def test_a_check_that_missed_the_cache_fails():
+    passed, line = compile_cache.verdict(COLD, run(10.0, **{"inductor/fxgraph_cache_miss": 2}), 1.5)
+    assert not passed and "took nothing from the cache" in line
+    passed, line = compile_cache.verdict(run(10.0, **WARM), run(10.0, **WARM), 1.5)
+    assert not passed and "found its step in the cache already" in line
+
+
+@pytest.mark.slow
+def test_the_second_process_loads_the_first_ones_step(tmp_path):
+    """On the CPU (compiled, no graph): the first process compiles parity's step afresh, the second
+    loads it from the folder they share, a folder of their own (the reader's cache is not touched),
+    and the check's status is its verdict."""
+    out, readers_cache = tmp_path / "cache.json", tmp_path / "readers-cache"
+    command = [sys.executable, str(BENCHMARKS / "compile_cache.py"), "--device", "cpu"]
+    command += ["--experiment", "parity-interpolation", "--warmup", "3", "--timed", "20", "--json", str(out)]
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(readers_cache)}
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=600, env=env)
+    result = json.loads(out.read_text())
+    assert not readers_cache.exists()
+    assert result["cold"]["cache_dir"] == result["warm"]["cache_dir"] != str(readers_cache)
+    assert compile_cache.cache_hits(result["cold"]) == 0, result["cold"]
+    assert compile_cache.cache_hits(result["warm"]) > 0, result["warm"]
+    # the verdict's own rule decides the status (a CPU step may time either way on a busy machine)
+    assert done.returncode == (0 if result["passed"] else 1), done.stderr[-2000:]
