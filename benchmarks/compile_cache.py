@@ -31,8 +31,7 @@ CACHE_SWITCHES = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_C
 
 def step_time(experiment: str, device: str, warmup: int, timed: int, synthetic: bool) -> dict:
     """This process's compiled step (graphed on a GPU): its steady time and the cache's counters."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    from host_time import synthetic_mnist, timed_training
+    from host_time import synthetic_mnist, timed_training  # beside this script, on its path
     from torch._dynamo.utils import counters
 
     if synthetic:
