@@ -5,7 +5,10 @@ Deliberate breaks these tests catch (each was tried):
 - the two processes not given one cache folder of their own (``TORCHINDUCTOR_CACHE_DIR`` dropped):
   test_the_second_process_loads_the_first_ones_step (they write into the reader's cache);
 - the ratio turned round (cold over warm): test_a_slow_warm_step_fails;
-- a warm process without a cache hit passed: test_a_check_that_missed_the_cache_fails.
+- a warm process without a cache hit passed: test_a_check_that_missed_the_cache_fails;
+- the hits of every path counted, not only the first one's: test_only_the_first_paths_hits_count;
+- the ratio without the graph not compared (or compared the wrong way round):
+  test_the_cause_of_a_slow_warm_step.
 """
 
 import json
@@ -21,25 +24,50 @@ sys.path.insert(0, str(BENCHMARKS))
 import compile_cache  # noqa: E402
 
 
-def run(ms: float, graphs: int = 1, **cache) -> dict:
-    return {"ms_per_step": ms, "graphs_compiled": graphs, "cache": cache}
+def run(graphed: float, compiled: float | None = None, graphs: int = 1, **cache) -> dict:
+    """A process's numbers: the graphed path's ms per step (with the cache counters it added), and,
+    where given, the same compiled step's without the graph."""
+    paths = {"graphed": {"ms_per_step": graphed, "added": cache}}
+    if compiled is not None:
+        paths["compiled"] = {"ms_per_step": compiled, "added": {}}
+    return {"paths": paths, "graphs_compiled": graphs}
 
 
-COLD = run(10.0, **{"inductor/fxgraph_cache_miss": 2})
-WARM = {"inductor/fxgraph_cache_hit": 2}
+MISS = {"inductor/fxgraph_cache_miss": 2}
+HIT = {"inductor/fxgraph_cache_hit": 2}
+COLD = run(10.0, 5.0, **MISS)
 
 
 def test_a_slow_warm_step_fails():
-    assert compile_cache.verdict(COLD, run(14.0, **WARM), 1.5)[0]
-    passed, line = compile_cache.verdict(COLD, run(40.0, **WARM), 1.5)
-    assert not passed and line.startswith("warm/cold 4.00"), line
+    assert compile_cache.verdict(COLD, run(14.0, **HIT), 1.5)[0]
+    passed, line = compile_cache.verdict(COLD, run(40.0, **HIT), 1.5)
+    assert not passed and line.startswith("graphed: warm/cold 4.00"), line
 
 
 def test_a_check_that_missed_the_cache_fails():
-    passed, line = compile_cache.verdict(COLD, run(10.0, **{"inductor/fxgraph_cache_miss": 2}), 1.5)
+    passed, line = compile_cache.verdict(COLD, run(10.0, **MISS), 1.5)
     assert not passed and "took nothing from the cache" in line
-    passed, line = compile_cache.verdict(run(10.0, **WARM), run(10.0, **WARM), 1.5)
+    passed, line = compile_cache.verdict(run(10.0, **HIT), run(10.0, **HIT), 1.5)
     assert not passed and "found its step in the cache already" in line
+
+
+def test_only_the_first_paths_hits_count():
+    """The second path reuses the first one's compiled code; a hit there (a recompilation that found
+    the first path's entry) says nothing about the cold process."""
+    cold = run(10.0, 5.0, **MISS)
+    cold["paths"]["compiled"]["added"] = HIT
+    assert compile_cache.cache_hits(cold) == 0
+    assert compile_cache.verdict(cold, run(10.0, 5.0, **HIT), 1.5)[0]
+
+
+def test_the_cause_of_a_slow_warm_step():
+    """Each cause from the numbers that show it, and none for a warm step within the tolerance."""
+    assert compile_cache.cause(COLD, run(12.0, 5.0, **HIT), 1.5) == ""
+    assert compile_cache.cause(COLD, run(40.0, 5.0, graphs=3, **HIT), 1.5).startswith("a recompilation")
+    kernels = compile_cache.cause(COLD, run(40.0, 20.0, **HIT), 1.5)
+    assert kernels.startswith("the loaded kernels themselves") and "4.00" in kernels, kernels
+    graph = compile_cache.cause(COLD, run(40.0, 5.5, **HIT), 1.5)
+    assert graph.startswith("what the graph recorded") and "1.10" in graph, graph
 
 
 @pytest.mark.slow
