@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from pondernet_tutorial.halting import sample_halting_step
 from pondernet_tutorial.methods.pondernet import PonderLoss, PonderNet, log_halting_distribution
@@ -41,6 +42,23 @@ def test_loss_and_its_gradient_equal_the_package(lambda_p, beta):
     torch.testing.assert_close(ours, package)
     for a, b in zip(ours_grads, package_grads):
         torch.testing.assert_close(a, b)
+
+
+def test_exercise_two_a_loss_averaged_over_everything_leaves_the_halting_untrained():
+    """The chapter's exercise 2: with the default mean reduction and no ``.view``, the task loss is one
+    number for every step and sample; the p_n, which sum to 1, weigh it to itself, and L_Rec gives the
+    halting no gradient. The per-sample loss does give it one."""
+    torch.manual_seed(2)
+    n_steps, batch, n_classes = 6, 5, 3
+    y_hat = torch.randn(n_steps, batch, n_classes, dtype=torch.float64)
+    y = torch.randint(0, n_classes, (batch,))
+    z = torch.randn(n_steps, batch, dtype=torch.float64, requires_grad=True)
+    averaged = F.cross_entropy(y_hat.reshape(-1, n_classes), y.repeat(n_steps))  # the exercise's change
+    rec = (halting_log_p(z).exp() * averaged).sum(0).mean()
+    torch.testing.assert_close(rec, averaged)
+    assert torch.autograd.grad(rec, z)[0].abs().max() < 1e-12
+    per_sample = ponder_loss(y_hat, z, y, beta=0.0)
+    assert torch.autograd.grad(per_sample, z)[0].abs().max() > 1e-3
 
 
 def test_same_network_and_coins_as_the_package():
