@@ -85,25 +85,49 @@ def declaration(name: str):
     return next(iter(by_method.values())), text
 
 
+def _set_ups() -> dict[str, list[str]]:
+    """The experiments grouped by set-up, each under its name without the setting (``mnist``,
+    ``parity``, ``pointer``); the sizes of one set-up share a name (``parity-paper*``)."""
+    groups: dict[str, list[str]] = {}
+    for name in EXPERIMENTS:
+        family = name.rsplit("-", 1)[0]
+        groups.setdefault(family.rstrip("0123456789") + ("*" if family[-1].isdigit() else ""), []).append(
+            name
+        )
+    return groups
+
+
 def _default_text(name: str, option, help: str) -> str:
-    """`` [default: X]``, or the default of each task or method where they differ."""
+    """`` [default: X]``, or the default of each set-up or method where they differ."""
     if "[default:" in help or option.type is dict:
         return ""
     methods = [m for m, options in all_method_options().items() if name in options] or list(METHODS)[:1]
-    tasks = {}
-    for experiment in EXPERIMENTS.values():
-        tasks.setdefault(experiment.task, experiment.name)
-    values = {(task, m): default_value(name, e, m) for task, e in tasks.items() for m in methods}
+    values = {}
+    for set_up, experiments in _set_ups().items():
+        for m in methods:
+            found = {repr(default_value(name, e, m)): default_value(name, e, m) for e in experiments}
+            if len(found) == 1:
+                values[set_up, m] = next(iter(found.values()))
+            else:  # the settings of one set-up differ: each under its own name
+                values.update({(e, m): default_value(name, e, m) for e in experiments})
+    labels = list(dict.fromkeys(label for label, _ in values))
     if len(set(map(repr, values.values()))) == 1:
         return f" [default: {next(iter(values.values()))}]"
-    by_task = all(len({repr(values[t, m]) for m in methods}) == 1 for t in tasks)
-    by_method = all(len({repr(values[t, m]) for t in tasks}) == 1 for m in methods)
-    if by_task:
-        parts = [f"{t}: {values[t, methods[0]]}" for t in tasks]
+    by_set_up = all(len({repr(values[s, m]) for m in methods}) == 1 for s in labels)
+    by_method = all(len({repr(values[s, m]) for s in labels}) == 1 for m in methods)
+    if by_set_up:
+        parts = [f"{s}: {values[s, methods[0]]}" for s in labels]
     elif by_method:
-        parts = [f"{m}: {values[next(iter(tasks)), m]}" for m in methods]
-    else:
-        parts = [f"{t}/{m}: {v}" for (t, m), v in values.items()]
+        parts = [f"{m}: {values[labels[0], m]}" for m in methods]
+    else:  # each method's usual value, then the set-ups that differ; methods alike share a part
+        texts: dict[str, list[str]] = {}
+        for m in methods:
+            column = [repr(values[s, m]) for s in labels]
+            usual = max(column, key=column.count)
+            odd = [f"{s}: {values[s, m]}" for s in labels if repr(values[s, m]) != usual]
+            usual_value = next(values[s, m] for s in labels if repr(values[s, m]) == usual)
+            texts.setdefault(f"{usual_value}" + (f" ({', '.join(odd)})" if odd else ""), []).append(m)
+        parts = [f"{' and '.join(ms)}: {text}" for text, ms in texts.items()]
     return " [default: " + "; ".join(parts) + "]"
 
 

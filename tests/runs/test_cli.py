@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pondernet_tutorial.runs.cli import build_parser, config_names, main
+from pondernet_tutorial.runs.cli import build_parser, config_names, declaration, main
 from pondernet_tutorial.runs.config import PRETRAINED_DIR, WEIGHTS, TrainConfig
 
 
@@ -21,6 +21,24 @@ def test_help_explains_every_option(capsys):
         flag = "--step-option" if name == "step_options" else "--" + name.replace("_", "-")
         assert flag in train_help, flag
     assert "--lambda-p" in train_help and "--method-options" not in train_help
+
+
+def test_help_shows_every_experiments_default():
+    """Each default that a run resolves, for any experiment and method, is in its flag's help: the
+    paper's set-up (λ_p 0.1, no clipping, ε 0.05, ACT's bias +1, 100 steps at evaluation) included."""
+    from pondernet_tutorial.runs.registry import EXPERIMENTS, METHODS
+
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    shown = {a.dest: " ".join(a.help.split()) for a in train._actions if a.help and "[default:" in a.help}
+    for experiment in EXPERIMENTS:
+        for method in METHODS:
+            for name, value in TrainConfig(experiment=experiment, method=method).options().items():
+                if name in shown and name not in ("experiment", "method") and not isinstance(value, dict):
+                    default = shown[name][shown[name].index("[default:") :]
+                    if "[default:" in declaration(name)[1]:  # written by hand (--step, --data-dir)
+                        continue
+                    assert f"{value}" in default, (experiment, method, name, value, default)
+    assert "parity-paper*: 0.1" in shown["lambda_p"]
 
 
 def test_help_and_halting_load_no_lightning():
