@@ -59,7 +59,7 @@ class HeadRules:
     Attributes:
         collapsed: mean halting steps on a test set at or below which a seed's halting has collapsed.
             Two steps: the issue's number, and where ACT starts at halting bias 0 or +1 (with ε = 0.01
-            the first step's η ≥ 1/2, so ``N(x) = 2``). Sapunov (2026, arXiv 2604.21999, abstract)
+            the first step's η ≥ 1/2, so ``T(x) = 2``). Sapunov (2026, arXiv 2604.21999, abstract)
             reports that tokens "halt after ∼2 steps at initialization" at those biases and that most
             runs never escape a shallow halt.
     """

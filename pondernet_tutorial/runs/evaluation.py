@@ -1,7 +1,7 @@
 """Evaluate a trained run on its experiment's test sets: per-sample, per-group, per-step and per-class
 tables.
 
-Per test sample: the answer at the step inference halts at (PonderNet's sampled step, ACT's ``N(x)``,
+Per test sample: the answer at the step inference halts at (PonderNet's sampled step, ACT's ``T(x)``,
 the fixed ``k``), that step, ``Σ_n n p_n``, the answer's entropy and loss, the total-variation distance
 of its halting distribution to the prior (PonderNet) and the set's per-sample facts (parity's ``k``).
 PonderNet's coins come from one generator per test set, drawn in sample order
