@@ -9,9 +9,11 @@ import pandas as pd
 import torch
 
 from ..runs.evaluation import spearman
+from .paper_claims import wilson
 from .verdicts import FIXED, Rules, halting_verdict
 
 NO_VERDICT = "no verdict without a difficulty"
+NOT_LEARNED = "no verdict, the task is not learned"
 
 
 @dataclass
@@ -23,6 +25,7 @@ class Diagnosis:
     distribution: list[float]  # mean p_n over the batch, n = 1..N
     prior_mean: float | None  # Σ_n n·p_G(n) over 1..N: where the KL term pulls E[n] (PonderNet only)
     beyond: float | None  # mean of E[n] − difficulty: the steps taken past it, if it counts steps
+    accuracy: float | None  # the share of the model's answers (its own halting) that match the targets
     verdict: str  # rule 3 of the book: follows difficulty, in between, fixed depth, wrong direction
 
 
@@ -32,7 +35,9 @@ def _method(model):
 
 
 @torch.no_grad()
-def diagnose(model, x, difficulty=None, show: bool = True, rules: Rules | None = None) -> Diagnosis:
+def diagnose(
+    model, x, difficulty=None, targets=None, show: bool = True, rules: Rules | None = None
+) -> Diagnosis:
     """Diagnose whether ``model`` (a PonderNet) ponders on the batch ``x``.
 
     Args:
@@ -42,12 +47,15 @@ def diagnose(model, x, difficulty=None, show: bool = True, rules: Rules | None =
         x: a batch of ``B`` inputs the model accepts (at least one).
         difficulty: optional ``(B,)`` difficulty of each input (higher is harder). When it counts the
             steps an input needs, ``beyond`` is the mean number of steps taken past them.
+        targets: optional ``(B,)`` class of each input. The model answers as at inference (its
+            ``answer``; PonderNet's coins drawn with seed 0), and ``accuracy`` is the share right.
         rules: the thresholds of the verdict (default: the book's :class:`Rules`).
 
     The verdict is the book's rule 3 on one model: *fixed depth* when ``E[n]`` varies by less than
     ``rules.spread`` steps over the inputs, whatever ``ρ``; otherwise by ``ρ`` against the difficulty.
-    Accuracy is not judged here: a verdict on halting means something only for a model that solves
-    the task.
+    A verdict on halting means something only for a model that has learned the task: given
+    ``targets``, none is given when the accuracy's 95% interval lies under rule 1's mark, chance
+    (one over the classes) plus ``rules.learned``. Without ``targets`` the accuracy is not checked.
     """
     if isinstance(x, torch.Tensor) and x.dim() == 0:
         raise ValueError("diagnose needs a batch of at least one input, got a tensor of shape ()")
@@ -58,7 +66,15 @@ def diagnose(model, x, difficulty=None, show: bool = True, rules: Rules | None =
     training = method.training
     method.eval()  # the full unroll over the evaluation's steps, whatever the model's mode
     try:
-        p = method.weights(method(x)).float()  # (N, B)  p_n = λ_n ∏_{j<n}(1−λ_j)
+        out = method(x)
+        p = method.weights(out).float()  # (N, B)  p_n = λ_n ∏_{j<n}(1−λ_j)
+        answers = None
+        if targets is not None:
+            if not callable(getattr(method, "answer", None)):
+                raise ValueError(
+                    "diagnose needs a method with answer(out) to score targets: pass a PonderNet"
+                )
+            answers, _ = method.answer(out, torch.Generator().manual_seed(0))  # (B, C)
     finally:
         method.train(training)
     if p.shape[1] == 0:  # an empty batch, whatever the model takes as input
@@ -82,7 +98,18 @@ def diagnose(model, x, difficulty=None, show: bool = True, rules: Rules | None =
             )
         rho = float(spearman(pd.Series(d.numpy()), pd.Series(expected.cpu().numpy())))
         beyond = float((expected.cpu().double() - d).mean())  # E[n] − difficulty
-    if difficulty is None and spread >= rules.spread:
+    accuracy = mark = None
+    if answers is not None:
+        y = torch.as_tensor(targets).flatten().to(answers.device)
+        if len(y) != expected.shape[0]:
+            raise ValueError(
+                f"targets has {len(y)} values for a batch of {expected.shape[0]}: give one per input"
+            )
+        accuracy = float((answers.argmax(-1) == y).double().mean())
+        mark = 1 / answers.shape[-1] + rules.learned  # rule 1: chance plus ten points
+    if accuracy is not None and wilson(accuracy, len(y))[1] < mark:
+        verdict = NOT_LEARNED
+    elif difficulty is None and spread >= rules.spread:
         verdict = NO_VERDICT
     elif difficulty is None:
         verdict = FIXED
@@ -98,6 +125,7 @@ def diagnose(model, x, difficulty=None, show: bool = True, rules: Rules | None =
         distribution=p.mean(1).tolist(),
         prior_mean=prior_mean,
         beyond=beyond,
+        accuracy=accuracy,
         verdict=verdict,
     )
     if show:
@@ -108,6 +136,8 @@ def diagnose(model, x, difficulty=None, show: bool = True, rules: Rules | None =
             "halting distribution, mean p_n for n = 1..N:", " ".join(f"{v:.2f}" for v in result.distribution)
         )
         print(f"mass at N: {result.mass_at_n:.3f}")
+        if accuracy is not None:
+            print(f"accuracy: {100 * accuracy:.1f}% (the mark for a learned task: {100 * mark:.0f}%)")
         if rho is not None:
             print(f"Spearman rho against your difficulty: {rho:.2f}")
             print(f"steps beyond the difficulty, mean of E[n] - difficulty: {beyond:+.2f}")

@@ -40,7 +40,8 @@ def test_the_snippet_runs_as_a_plain_script(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "the prior's mean over 1..N: 2.0" in done.stdout  # λ_p 0.5 over N = 12: about 2 steps
-    assert "verdict: " in done.stdout
+    assert "verdict: " in done.stdout and "accuracy: " in done.stdout
+    assert "the task is not learned" not in done.stdout  # the snippet trains a model that learns parity
 
 
 def judged_heads(study: str, set_name: str = "test"):

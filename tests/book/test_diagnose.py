@@ -113,3 +113,51 @@ def test_the_prior_mean_is_the_truncated_geometric_mean_and_is_printed(capsys):
 def test_an_empty_batch_is_refused():
     with pytest.raises(ValueError, match="at least one input"):
         diagnose(Fixed(torch.ones(3, 0)), None, show=False)
+
+
+class Answering(Fixed):
+    """A stand-in that also answers: ``answer(out)`` gives ``logits`` (B, C), as a method does."""
+
+    def __init__(self, p, logits):
+        super().__init__(p)
+        self.logits = logits
+
+    def answer(self, out, generator=None):
+        return self.logits, None
+
+
+def test_no_verdict_on_halting_for_a_model_that_has_not_learned_the_task(capsys):
+    """Halting that follows the difficulty, judged only where the answers are right well above chance:
+    rule 1's mark (chance plus ten points) against the accuracy's 95% interval."""
+    batch = 200
+    p = torch.zeros(4, batch)
+    difficulty = torch.arange(batch) % 4
+    p[difficulty, torch.arange(batch)] = 1.0  # each sample halts at its difficulty + 1: follows it
+    right = torch.zeros(batch, 2)
+    right[:, 1] = 5.0  # every answer is class 1
+    ones, half = torch.ones(batch, dtype=torch.long), torch.arange(batch) % 2
+    d = diagnose(Answering(p, right), None, difficulty=difficulty, targets=ones, show=False)
+    assert (d.accuracy, d.verdict) == (1.0, "follows difficulty")
+    d = diagnose(Answering(p, right), None, difficulty=difficulty, targets=half)
+    assert d.accuracy == 0.5 and d.verdict == "no verdict, the task is not learned"
+    assert "accuracy: 50.0% (the mark for a learned task: 60%)" in capsys.readouterr().out
+    few = diagnose(
+        Answering(p[:, :4], right[:4]), None, difficulty=difficulty[:4], targets=half[:4], show=False
+    )
+    assert few.verdict == "follows difficulty"  # 2 of 4 right: the interval reaches above the mark
+    assert diagnose(Answering(p, right), None, difficulty=difficulty, show=False).accuracy is None
+
+
+def test_targets_are_scored_by_a_real_models_answer():
+    from pondernet_tutorial import ParityStep, PonderNet
+
+    torch.manual_seed(0)
+    model = PonderNet(ParityStep(n_elements=4, hidden_size=8), max_steps=5)
+    x, y = torch.randn(50, 4), torch.randint(0, 2, (50,))
+    with torch.no_grad():
+        model.eval()
+        answers, _ = model.answer(model(x), torch.Generator().manual_seed(0))
+    d = diagnose(model, x, targets=y, show=False)
+    assert d.accuracy == pytest.approx(float((answers.argmax(-1) == y).float().mean()))
+    with pytest.raises(ValueError, match="targets has 3 values for a batch of 50"):
+        diagnose(model, x, targets=y[:3], show=False)
