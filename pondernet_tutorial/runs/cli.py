@@ -104,12 +104,11 @@ def _default_text(name: str, option, help: str) -> str:
     methods = [m for m, options in all_method_options().items() if name in options] or list(METHODS)[:1]
     values = {}
     for set_up, experiments in _set_ups().items():
-        for m in methods:
-            found = {repr(default_value(name, e, m)): default_value(name, e, m) for e in experiments}
-            if len(found) == 1:
-                values[set_up, m] = next(iter(found.values()))
-            else:  # the settings of one set-up differ: each under its own name
-                values.update({(e, m): default_value(name, e, m) for e in experiments})
+        per = {(e, m): default_value(name, e, m) for e in experiments for m in methods}
+        if all(len({repr(per[e, m]) for e in experiments}) == 1 for m in methods):
+            values.update({(set_up, m): per[experiments[0], m] for m in methods})
+        else:  # the experiments of one set-up differ: each under its own name
+            values.update(per)
     labels = list(dict.fromkeys(label for label, _ in values))
     if len(set(map(repr, values.values()))) == 1:
         return f" [default: {next(iter(values.values()))}]"

@@ -41,6 +41,21 @@ def test_help_shows_every_experiments_default():
     assert "parity-paper*: 0.1" in shown["lambda_p"]
 
 
+def test_help_names_an_experiment_whose_default_differs_from_its_set_ups(monkeypatch):
+    """Where one experiment of a set-up has a default of its own for one method, the help names that
+    experiment instead of the set-up, for every method alike."""
+    from dataclasses import replace
+
+    from pondernet_tutorial.runs.cli import _default_text
+    from pondernet_tutorial.runs.registry import EXPERIMENTS
+
+    own = replace(EXPERIMENTS["mnist-extrapolation"], defaults={"compile": True, "act.max_steps": 7})
+    monkeypatch.setitem(EXPERIMENTS, "mnist-extrapolation", own)
+    option, help = declaration("max_steps")
+    text = " ".join(_default_text("max_steps", option, help).split())
+    assert "act: 20 (mnist-extrapolation: 7, pointer: 10)" in text, text
+
+
 def test_help_and_halting_load_no_lightning():
     probe = (
         "import sys; {}; print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'torch')))"
