@@ -369,7 +369,9 @@ def _run(args) -> int:
 
     # The configuration and the output folder are checked first: a mistake there costs no PyTorch import.
     if args.command == "train":
-        config = _checked(TrainConfig.from_options, **_config_values(args, config_names()))
+        values = _config_values(args, config_names())
+        _refuse_other_methods_options(values.get("method") or FIELD_OPTIONS["method"].default, values)
+        config = _checked(TrainConfig.from_options, **values)
         _checked(check_writable_folder, config.output_dir)
         from .build import check_model
 
@@ -553,14 +555,20 @@ def _run_name(config: TrainConfig) -> str:
     return f"{config.experiment}/{config.variant}/seed{config.seed}"
 
 
+def _refuse_other_methods_options(method: str, given) -> None:
+    """An option that only other methods take, given on the command line, is refused in one line: the
+    run would silently leave it out."""
+    for name, owners in other_methods_options(method, given).items():
+        raise UserError(
+            f"--{name.replace('_', '-')} is an option of {' and '.join(owners)}, not of {method}: "
+            f"add --method {owners[0]}."
+        )
+
+
 def _pretrained_config(args, given: dict) -> TrainConfig:
     """The configuration of the shipped run that ``evaluate --pretrained`` names, refused in one line,
     before PyTorch is imported, when no such run is shipped."""
-    for name, owners in other_methods_options(args.method, given).items():
-        raise UserError(
-            f"--{name.replace('_', '-')} is an option of {' and '.join(owners)}, not of {args.method}: "
-            f"add --method {owners[0]}."
-        )
+    _refuse_other_methods_options(args.method, given)
     config = _checked(
         TrainConfig.from_options,
         experiment=args.pretrained,

@@ -233,6 +233,8 @@ def _mistakes(tmp):
             "halting_bias must be a finite number (at most 3.4e38 in size), got 1e+39",
         ),
         ([*parity, "--output-dir", f"{tmp}/a-file"], "is a file, not a folder"),
+        ([*parity, "--tau", "0.01"], "--tau is an option of act, not of pondernet: add --method act."),
+        ([*parity, "--method", "fixed", "--lambda-p", "0.3"], "--lambda-p is an option of pondernet"),
         ([*parity, "--output-dir", f"{tmp}/a-file/runs"], "lies under the file"),
         (
             ["reproduce", "--study", "mnist-refine", "--quick", "--output-dir", f"{tmp}/a-file"],
