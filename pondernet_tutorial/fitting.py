@@ -103,6 +103,8 @@ def fit(
     """
     if isinstance(max_epochs, bool) or not isinstance(max_epochs, int) or not 1 <= max_epochs <= MAX_EPOCHS:
         raise ValueError(f"max_epochs must be a whole number from 1 to {MAX_EPOCHS:,}, got {max_epochs!r}.")
+    if not isinstance(datamodule, L.LightningDataModule):
+        raise TypeError(f"need a LightningDataModule (see from_datasets), got {type(datamodule).__name__}.")
     best = best or FolderCheckpoint(filename="best", monitor=select_by, mode=mode(select_by))
     callbacks = [best, *callbacks, StopOnNonFinite()]
     if patience or stop_at_val_acc:

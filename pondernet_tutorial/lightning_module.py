@@ -34,7 +34,9 @@ class PonderLitModule(L.LightningModule):
 
     def __init__(self, model, lr=1e-3, lr_schedule="plateau", lr_patience=2, lr_factor=0.5, eval_seed=0):
         super().__init__()
-        if not lr > 0 or lr_schedule not in ("plateau", "constant"):
+        if not callable(getattr(model, "loss", None)):  # a step function, not yet in a halting method
+            raise TypeError(f"model must be a halting method, e.g. PonderNet({type(model).__name__}(...)).")
+        if not isinstance(lr, (int, float)) or not lr > 0 or lr_schedule not in ("plateau", "constant"):
             raise ValueError(
                 f"need lr > 0 and lr_schedule 'plateau' or 'constant', got {lr}, {lr_schedule!r}."
             )

@@ -14,6 +14,7 @@ from .verdicts import FIXED, Rules, halting_verdict
 
 NO_VERDICT = "no verdict without a difficulty"
 NOT_LEARNED = "no verdict, the task is not learned"
+ONE_INPUT = "no verdict from a single input"
 
 
 @dataclass
@@ -44,7 +45,7 @@ def diagnose(
         model: a :class:`~pondernet_tutorial.PonderNet`, in training or eval mode, or a
             :class:`~pondernet_tutorial.PonderLitModule` around one (what ``fit`` returns); or any module
             whose ``weights(forward(x))`` is a halting distribution of shape ``(N, B)``.
-        x: a batch of ``B`` inputs the model accepts (at least one).
+        x: a batch of ``B`` inputs the model accepts (at least one; a verdict needs two or more).
         difficulty: optional ``(B,)`` difficulty of each input (higher is harder). When it counts the
             steps an input needs, ``beyond`` is the mean number of steps taken past them.
         targets: optional ``(B,)`` class of each input. The model answers as at inference (its
@@ -107,7 +108,9 @@ def diagnose(
             )
         accuracy = float((answers.argmax(-1) == y).double().mean())
         mark = 1 / answers.shape[-1] + rules.learned  # rule 1: chance plus ten points
-    if accuracy is not None and wilson(accuracy, len(y))[1] < mark:
+    if expected.numel() < 2:  # no spread and no ρ: nothing to judge the halting by
+        verdict = ONE_INPUT
+    elif accuracy is not None and wilson(accuracy, len(y))[1] < mark:
         verdict = NOT_LEARNED
     elif difficulty is None and spread >= rules.spread:
         verdict = NO_VERDICT

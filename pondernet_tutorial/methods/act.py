@@ -27,13 +27,17 @@ import torch
 from torch import Tensor
 
 from ..halting import check_epsilon, check_weight, first_halt
-from ..steps.base import select_rows, state_batch_size
+from ..steps.base import SQUEEZE, check_step, select_rows, state_batch_size
 from .base import HaltingMethod, Unroll, finite_input, per_sample_loss
 
 
 def act_halt_step(halting_logits: Tensor, epsilon: float) -> Tensor:
     """``T(x)``, ``(B,)``: the first step ``n`` with ``Σ_{j≤n} η_j ≥ 1 − ε`` (or N), from all N steps'
     ``(N, B)`` logits at once. An integer: no gradient flows through it."""
+    if halting_logits.dim() != 2:
+        raise ValueError(
+            f"ACT's halting logits must have shape (steps, batch), got {tuple(halting_logits.shape)}: {SQUEEZE}."
+        )
     cumulative = torch.cumsum(torch.sigmoid(halting_logits.detach().float()), 0)  # Σ_{j≤n} η_j
     return first_halt(cumulative >= 1.0 - epsilon)
 
@@ -122,6 +126,7 @@ class ACT(HaltingMethod):
         total = torch.zeros(batch, device=device)  # Σ_{j<n} η_j of the running samples
         for n in range(1, last + 1):
             y_n, z_n, h = self.step_function.step(context, h)
+            check_step(y_n, z_n)
             if n == 1:
                 prediction = y_n.new_zeros(batch, *y_n.shape[1:], dtype=torch.float32)
             eta = torch.sigmoid(z_n.float())  # η_n

@@ -91,7 +91,7 @@ class HaltingMethod(nn.Module):
             head = getattr(step_function, "halting_head", None)
             if not isinstance(head, nn.Linear) or head.bias is None:
                 raise ValueError(
-                    f"halting_bias needs a halting_head (nn.Linear, with a bias): {step_function}"
+                    f"halting_bias needs a halting_head (nn.Linear, with a bias) in {type(step_function).__name__}."
                 )
             nn.init.constant_(head.bias, float(halting_bias))
 

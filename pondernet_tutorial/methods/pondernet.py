@@ -49,7 +49,7 @@ from ..halting import (
     log_uniform_prior,
     sample_halting_step,
 )
-from ..steps.base import select_rows, state_batch_size
+from ..steps.base import SQUEEZE, check_step, select_rows, state_batch_size
 from .base import HaltingMethod, Unroll, at_step, finite_input, per_sample_cross_entropy, per_sample_loss
 
 KL_DIRECTIONS = ("p_prior", "prior_p")  # KL(p ‖ p_G) (the paper's), KL(p_G ‖ p)
@@ -80,7 +80,7 @@ def log_halting_distribution(lambda_logits: Tensor) -> Tensor:
     """
     if lambda_logits.dim() != 2:
         raise ValueError(
-            f"lambda_logits must have shape (max_steps, batch), got {tuple(lambda_logits.shape)}."
+            f"lambda_logits must have shape (max_steps, batch), got {tuple(lambda_logits.shape)}: {SQUEEZE}."
         )
     log_lambda = F.logsigmoid(lambda_logits)  # log λ_n
     log_not_lambda = F.logsigmoid(-lambda_logits)  # log (1 − λ_n)
@@ -330,6 +330,7 @@ class PonderNet(HaltingMethod):
         halt_step = torch.full((batch,), last, device=device)
         for n in range(1, last + 1):
             y_n, z_n, h = self.step_function.step(context, h)
+            check_step(y_n, z_n)
             if n == 1:
                 prediction = y_n.new_zeros(batch, *y_n.shape[1:])
             halts = coins[running, n - 1] < torch.sigmoid(self.lambda_logits(z_n).float())  # Bernoulli(λ_n)

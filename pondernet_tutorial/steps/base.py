@@ -73,3 +73,15 @@ class StepFunction(nn.Module):
     def step(self, context: State, h: State) -> tuple[Tensor, Tensor, State]:
         """One step: returns ``(ŷ_n (B, C), z_n (B,), h_{n+1})``."""
         raise NotImplementedError
+
+
+SQUEEZE = "a step returns z_n of shape (batch,): halting_head(h).squeeze(1)"
+
+
+def check_step(y_n: Tensor, z_n: Tensor) -> None:
+    """A step's prediction ``ŷ_n (B, C)`` and halting logit ``z_n (B,)``, as a method reads them: a
+    ``(B, 1)`` logit (``.squeeze(1)`` forgotten) would broadcast into wrong shapes further on."""
+    if z_n.shape != y_n.shape[:1]:
+        raise ValueError(
+            f"the halting logit z_n must have shape {tuple(y_n.shape[:1])}, got {tuple(z_n.shape)}: {SQUEEZE}."
+        )
