@@ -326,7 +326,7 @@ def load_pretrained(
     """A shipped model, ready in eval mode.
 
     ``load_pretrained("mnist-interpolation")`` is the reference PonderNet (seed 0);
-    ``load_pretrained("parity-extrapolation", "act", seed=1, tau=0.01)`` an ACT run on parity. The
+    ``load_pretrained("parity-extrapolation", "act", seed=1, tau=0.001)`` an ACT run on parity. The
     ``options`` are :class:`TrainConfig` fields and the method's options (as
     :meth:`TrainConfig.from_options` takes them); they pick the run folder, and the run's recorded
     configuration and its model file's own hyperparameters must equal them.
@@ -345,10 +345,14 @@ def load_pretrained(
     )
     folder = config.run_dir
     if not (folder / WEIGHTS).is_file():
-        have = sorted({f"{r['experiment']}/{r['variant']}" for r in available_pretrained()})
+        seeds: dict[str, list[int]] = {}  # the runs of this experiment and method, with their seeds
+        for run in available_pretrained():
+            if run["experiment"] == experiment and run["variant"].split("-")[0] == method:
+                seeds.setdefault(run["variant"], []).append(run["seed"])
+        have = [f"{v} (seeds {', '.join(map(str, sorted(s)))})" for v, s in sorted(seeds.items())]
         raise CheckpointError(
-            f"no shipped model {experiment}/{config.variant} for seed {seed}; shipped: "
-            f"{', '.join(have) or 'none'}. Train it with `{command_name()} reproduce`."
+            f"no shipped model {experiment}/{config.variant} for seed {seed}; shipped for {experiment} and "
+            f"{method}: {'; '.join(have) or 'none'}. Train it with `{command_name()} reproduce`."
         )
     metadata = read_json(folder / "metadata.json")
     if metadata is None:

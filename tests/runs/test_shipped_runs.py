@@ -204,3 +204,21 @@ def test_the_shipped_weights_are_safetensors_and_nothing_else():
     """Every shipped model is a safetensors file (data); no pickle (``*.pt``, ``*.ckpt``) is shipped."""
     assert not [*SHIPPED.rglob("*.pt"), *SHIPPED.rglob("*.ckpt")]
     assert len(RUNS) == len(list(SHIPPED.rglob("seed*/model.safetensors"))) > 100
+
+
+def test_load_pretrained_examples_load_and_a_missing_run_lists_its_neighbours():
+    """The docstring's examples load (one asked for a run that is not shipped), and a run that is not
+    shipped is refused with the runs of the same experiment and method, not every shipped run."""
+    import re
+
+    from pondernet_tutorial.runs.checkpoints import CheckpointError, load_pretrained
+
+    examples = re.findall(r"``(load_pretrained\(.*?\))``", load_pretrained.__doc__)
+    assert len(examples) == 2
+    for example in examples:
+        assert not eval(example, {"load_pretrained": load_pretrained}).training
+    with pytest.raises(CheckpointError) as error:
+        load_pretrained("parity-extrapolation", "act", seed=1, tau=0.01)
+    assert "act-tau=0.001 (seeds 0, 1, 2)" in str(error.value) and "pondernet-lambda_p" not in str(
+        error.value
+    )
