@@ -455,6 +455,12 @@ def _evaluate(args) -> None:
                 "--checkpoint is empty: give the model.safetensors of a run "
                 "(<output dir>/<experiment>/<variant>/seed<k>/model.safetensors)."
             )
+        if os.path.isdir(args.checkpoint):  # a run's folder: its model file
+            if not os.path.lexists(os.path.join(args.checkpoint, WEIGHTS)):
+                raise UserError(
+                    f"{args.checkpoint} is a folder without a {WEIGHTS}: give a run's model file."
+                )
+            args.checkpoint = os.path.join(args.checkpoint, WEIGHTS)
         if not os.path.lexists(args.checkpoint):  # said before the metadata.json that lies beside it
             raise UserError(
                 f"no model file at {args.checkpoint}; give the model.safetensors of a run, or train one "

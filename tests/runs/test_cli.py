@@ -260,6 +260,10 @@ def _mistakes(tmp):
             ],
             "is a run of parity-interpolation, another task than mnist-interpolation's",
         ),
+        (
+            ["evaluate", "--checkpoint", f"{tmp}"],
+            "is a folder without a model.safetensors: give a run's model file",
+        ),
         (  # without its metadata.json: the model itself tells its task
             ["evaluate", "--checkpoint", f"{tmp}/alone/{WEIGHTS}", "--experiment", "mnist-interpolation"],
             "predicts 2 classes but mnist-interpolation has 10",
@@ -478,3 +482,9 @@ def test_a_method_registered_once_trains_from_the_command_line(tmp_path, monkeyp
     assert config.variant == "smoothed-smoothing=0.1-quick"
     module = load_model(tmp_path / "parity-interpolation" / config.variant / "seed0" / WEIGHTS)
     assert type(module.model).__name__ == "SmoothedSteps" and module.model.smoothing == 0.1
+
+
+def test_evaluate_takes_a_run_folder_for_its_model_file(capsys):
+    """``evaluate --checkpoint`` given a run's folder evaluates the model file in it."""
+    assert _main(["evaluate", "--checkpoint", str(SHIPPED_PARITY), "--limit", "50"]) == 0
+    assert f"{SHIPPED_PARITY / WEIGHTS}: accuracy" in capsys.readouterr().out
