@@ -27,7 +27,10 @@ def check_lambda_p(lambda_p: float, name: str = "lambda_p") -> float:
     sigmoid can produce). A network that always stops after one step is the fixed-step baseline
     (``method="fixed"``, ``max_steps=1``).
     """
-    lambda_p = float(lambda_p)
+    try:
+        lambda_p = float(lambda_p)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number strictly between 0 and 1, got {lambda_p!r}.") from None
     if not 0.0 < lambda_p < 1.0:
         raise ValueError(
             f"{name} must lie strictly between 0 and 1, got {lambda_p}. It is the prior's per-step "

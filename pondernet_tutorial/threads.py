@@ -10,6 +10,7 @@ number for the duration of a training and gives the caller's back; ``fit`` and t
 from __future__ import annotations
 
 import contextlib
+import numbers
 import os
 
 import torch
@@ -29,6 +30,10 @@ def default_threads() -> int:
 def training_threads(threads: int | None = None):
     """PyTorch's intra-op threads set to ``threads`` (default :func:`default_threads`) within the
     block, and the caller's number back after it."""
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 1
+    ):
+        raise ValueError(f"threads must be a whole number >= 1 (or None for the default), got {threads!r}.")
     before = torch.get_num_threads()
     torch.set_num_threads(threads or default_threads())
     try:

@@ -7,7 +7,9 @@ Deliberate breaks these tests catch (each was tried):
   test_a_halting_logit_of_shape_b_1_is_named;
 - PonderLitModule's check of its model removed: test_a_step_function_not_wrapped_in_a_method;
 - fit's check of its data module removed: test_fit_wants_a_data_module;
-- diagnose judging one input: test_diagnose_gives_no_verdict_from_one_input.
+- diagnose judging one input: test_diagnose_gives_no_verdict_from_one_input;
+- float(lambda_p) unguarded, and training_threads' check removed:
+  test_a_missing_lambda_p_and_negative_threads_are_named.
 """
 
 import pytest
@@ -78,3 +80,13 @@ def test_diagnose_gives_no_verdict_from_one_input():
         diagnose(model, torch.randn(2, 4), difficulty=[1, 2], show=False).verdict
         != "no verdict from a single input"
     )
+
+
+def test_a_missing_lambda_p_and_negative_threads_are_named():
+    from pondernet_tutorial.threads import training_threads
+
+    with pytest.raises(ValueError, match="lambda_p must be a number strictly between 0 and 1, got None"):
+        PonderNet(Step(), max_steps=3, lambda_p=None)
+    with pytest.raises(ValueError, match="threads must be a whole number >= 1"):
+        with training_threads(-3):
+            pass
