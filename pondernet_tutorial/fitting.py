@@ -73,6 +73,9 @@ def fit(
     """Train ``module`` on ``datamodule`` and load the weights of its best epoch into it (eval mode).
 
     Args:
+        module: the :class:`~pondernet_tutorial.PonderLitModule` to train; it ends in eval mode, on the
+            CPU, with its best epoch's weights.
+        datamodule: a ``LightningDataModule`` (``LightningDataModule.from_datasets`` wraps datasets).
         max_epochs: the most epochs to train, 1 to :data:`MAX_EPOCHS`.
         select_by: the logged metric that picks the best epoch (``val/acc``; a name ending in ``loss``
             is minimised; ``epoch``, which Lightning's checkpoint callback also ranks by, keeps the last).

@@ -50,6 +50,7 @@ def diagnose(
             steps an input needs, ``beyond`` is the mean number of steps taken past them.
         targets: optional ``(B,)`` class of each input. The model answers as at inference (its
             ``answer``; PonderNet's coins drawn with seed 0), and ``accuracy`` is the share right.
+        show: print the diagnosis (the returned :class:`Diagnosis` holds the same numbers).
         rules: the thresholds of the verdict (default: the book's :class:`Rules`).
 
     The verdict is the book's rule 3 on one model: *fixed depth* when ``E[n]`` varies by less than

@@ -52,8 +52,15 @@ NOT_SAVED = {"self", "grad_clip", "compile"}  # RunModule's arguments that a mod
 
 
 def save_weights(module: RunModule, path: str | os.PathLike) -> Path:
-    """Save the module's weights and hyperparameters as one ``safetensors`` file, whole."""
+    """Save the module's weights and hyperparameters as one ``safetensors`` file, whole. Only a
+    :class:`RunModule` names its parts so that :func:`load_model` can rebuild it."""
     from safetensors.torch import save
+
+    if not isinstance(module, RunModule):  # a model built in code: nothing in the file could rebuild it
+        raise TypeError(
+            f"save_weights saves a RunModule, got a {type(module).__name__}: keep a model built in code "
+            "with safetensors.torch.save_model(module, path), and load_model(module, path) into it."
+        )
 
     state = {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
     header = {"format": FORMAT, "hparams": json.dumps(plain(dict(module.hparams)))}

@@ -87,3 +87,28 @@ def test_a_lightning_ckpt_is_refused_as_a_pickle(tmp_path):
     t.save_checkpoint(tmp_path / "run.ckpt")
     with pytest.raises(CheckpointError, match="PyTorch pickle"):
         load_model(tmp_path / "run.ckpt")
+
+
+def test_a_model_built_in_code_is_refused_with_the_way_to_keep_it(tmp_path):
+    """save_weights writes only what load_model can rebuild (a RunModule): a PonderLitModule around a
+    step function of the user's own is refused before any file is written, and the message's recipe
+    (safetensors' save_model and load_model) gives the same weights back."""
+    from safetensors.torch import load_model as load_into
+    from safetensors.torch import save_model
+
+    from pondernet_tutorial import ParityStep, PonderLitModule, PonderNet
+
+    def built():
+        return PonderLitModule(PonderNet(ParityStep(n_elements=4, hidden_size=8), max_steps=3))
+
+    module = built()
+    with pytest.raises(
+        TypeError, match=r"save_weights saves a RunModule, got a PonderLitModule: .*save_model"
+    ):
+        save_weights(module, tmp_path / "mine.safetensors")
+    assert not (tmp_path / "mine.safetensors").exists()
+    save_model(module, tmp_path / "mine.safetensors")
+    again = built()
+    load_into(again, tmp_path / "mine.safetensors")
+    for name, tensor in module.state_dict().items():
+        assert torch.equal(tensor, again.state_dict()[name]), name
