@@ -34,6 +34,7 @@ from .config import (
     TrainConfig,
     check_same_identity,
     identity_differences,
+    listed_shipped,
     other_methods_options,
 )
 from .files import atomic_file, plain
@@ -352,14 +353,9 @@ def load_pretrained(
     )
     folder = config.run_dir
     if not (folder / WEIGHTS).is_file():
-        seeds: dict[str, list[int]] = {}  # the runs of this experiment and method, with their seeds
-        for run in available_pretrained():
-            if run["experiment"] == experiment and run["variant"].split("-")[0] == method:
-                seeds.setdefault(run["variant"], []).append(run["seed"])
-        have = [f"{v} (seeds {', '.join(map(str, sorted(s)))})" for v, s in sorted(seeds.items())]
         raise CheckpointError(
             f"no shipped model {experiment}/{config.variant} for seed {seed}; shipped for {experiment} and "
-            f"{method}: {'; '.join(have) or 'none'}. Train it with `{command_name()} reproduce`."
+            f"{method}: {listed_shipped(experiment, method)}. Train it with `{command_name()} reproduce`."
         )
     metadata = read_json(folder / "metadata.json")
     if metadata is None:

@@ -12,7 +12,16 @@ import os
 import sys
 from dataclasses import fields
 
-from .config import FIELD_OPTIONS, PRETRAINED_DIR, WEIGHTS, TrainConfig, default_value, other_methods_options
+from .config import (
+    FIELD_OPTIONS,
+    PRETRAINED_DIR,
+    WEIGHTS,
+    TrainConfig,
+    default_value,
+    listed_shipped,
+    other_methods_options,
+    shipped_runs,
+)
 from .options import Option, all_method_options, at_least, method_option_names
 from .processes import command_name
 from .registry import EXPERIMENTS, METHODS, STEPS, get_experiment
@@ -163,17 +172,6 @@ def _config_values(args, names) -> dict:
         if value is not None:
             values[name] = value
     return values
-
-
-def shipped_runs() -> dict[str, dict[str, list[int]]]:
-    """The shipped runs with weights, without importing PyTorch: ``{experiment: {variant: [seeds]}}``."""
-    runs: dict[str, dict[str, list[int]]] = {}
-    for model in sorted(PRETRAINED_DIR.glob(f"*/*/seed*/{WEIGHTS}")):
-        seed = model.parent.name.removeprefix("seed")
-        if seed.isdigit():
-            variants = runs.setdefault(model.parent.parent.parent.name, {})
-            variants.setdefault(model.parent.parent.name, []).append(int(seed))
-    return {e: runs[e] for e in EXPERIMENTS if e in runs}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -583,15 +581,11 @@ def _pretrained_config(args, given: dict) -> TrainConfig:
         output_dir=str(PRETRAINED_DIR),
         **given,
     )
-    variants = shipped_runs().get(args.pretrained, {})
-    if config.seed in variants.get(config.variant, []):
+    if config.seed in shipped_runs().get(args.pretrained, {}).get(config.variant, []):
         return config
-    mine = {v: seeds for v, seeds in variants.items() if v.split("-")[0] == args.method}
-    listed = [f"{v} (seeds {', '.join(map(str, seeds))})" for v, seeds in list(mine.items())[:8]]
-    more = f" and {len(mine) - 8} more (see `list`)" if len(mine) > 8 else ""
     raise UserError(
         f"no shipped model {_run_name(config)}; shipped {args.method} runs of {args.pretrained}: "
-        f"{'; '.join(listed) or 'none'}{more}. Name one by its options, as in train (e.g. --tau 0.01)."
+        f"{listed_shipped(args.pretrained, args.method)}. Name one by its options, as in train (e.g. --tau 0.01)."
     )
 
 

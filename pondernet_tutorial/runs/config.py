@@ -47,6 +47,26 @@ from .registry import EXPERIMENTS, METHODS, NAMED_IN_FOLDER, STEPS, UNUSED_WHEN,
 PRETRAINED_DIR = Path(__file__).parents[1] / "pretrained"  # the shipped runs
 WEIGHTS = "model.safetensors"  # a run's model file: its weights, and its hyperparameters in the header
 
+
+def shipped_runs() -> dict[str, dict[str, list[int]]]:
+    """The shipped runs with weights, without importing PyTorch: ``{experiment: {variant: [seeds]}}``."""
+    runs: dict[str, dict[str, list[int]]] = {}
+    for model in sorted(PRETRAINED_DIR.glob(f"*/*/seed*/{WEIGHTS}")):
+        seed = model.parent.name.removeprefix("seed")
+        if seed.isdigit():
+            variants = runs.setdefault(model.parent.parent.parent.name, {})
+            variants.setdefault(model.parent.parent.name, []).append(int(seed))
+    return {e: runs[e] for e in EXPERIMENTS if e in runs}
+
+
+def listed_shipped(experiment: str, method: str, most: int = 8) -> str:
+    """The shipped runs of ``experiment`` by ``method`` with their seeds, in one line (the first
+    ``most``; "none" where there is none): what a request for a run that is not shipped is told."""
+    mine = {v: seeds for v, seeds in shipped_runs().get(experiment, {}).items() if v.split("-")[0] == method}
+    listed = "; ".join(f"{v} (seeds {', '.join(map(str, seeds))})" for v, seeds in list(mine.items())[:most])
+    return (listed or "none") + (f" and {len(mine) - most} more (see `list`)" if len(mine) > most else "")
+
+
 LOGGERS = ("csv", "tensorboard", "wandb")
 PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "64-true", "bf16-true", "16-true")
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")  # Lightning's names
