@@ -15,6 +15,7 @@ hyperparameters) is looked up among the registered components only (:func:`check
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib
 from collections.abc import Callable
@@ -52,6 +53,11 @@ class Experiment:
     quick: dict = field(default_factory=dict)
     evaluation: dict = field(default_factory=dict)
     group_by: tuple = ("set",)
+
+    def __post_init__(self):
+        # each experiment owns its dictionaries: those given by a shared template (_MNIST) are copied
+        for name in ("data_options", "step_options", "defaults", "quick", "evaluation"):
+            object.__setattr__(self, name, copy.deepcopy(getattr(self, name)))
 
     @property
     def task(self) -> str:

@@ -23,6 +23,16 @@ def test_defaults_are_the_reference_experiments():
     assert quick.epochs == 1 and quick.train_subset == 2000 and quick.compile is False
 
 
+def test_experiments_own_their_defaults():
+    from pondernet_tutorial.runs.registry import EXPERIMENTS
+
+    interpolation, extrapolation = EXPERIMENTS["mnist-interpolation"], EXPERIMENTS["mnist-extrapolation"]
+    for name in ("data_options", "step_options", "defaults", "quick", "evaluation"):
+        assert getattr(interpolation, name) is not getattr(extrapolation, name), name
+    parity = [e for e in EXPERIMENTS.values() if e.task == "parity"]
+    assert len({id(e.quick) for e in parity}) == len(parity)
+
+
 def test_identity_leaves_out_where_and_how_fast():
     a = TrainConfig(accelerator="cpu", output_dir="x", compile=True, logger="tensorboard")
     b = TrainConfig(accelerator="gpu", output_dir="y", compile=False)
