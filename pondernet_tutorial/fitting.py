@@ -12,6 +12,8 @@ folder of its own, with a lock, a logger, records and resuming around it.
 
 from __future__ import annotations
 
+from numbers import Integral, Real
+
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping
@@ -53,6 +55,21 @@ class StopOnNonFinite(Callback):
 def mode(metric: str) -> str:
     """How ``ModelCheckpoint`` ranks epochs by ``metric``: a name ending in ``loss`` is minimised."""
     return "min" if metric.endswith("loss") else "max"
+
+
+def check_arguments(datamodule, **given) -> None:
+    """fit()'s arguments, each refused in one line that says what it takes."""
+    if not isinstance(datamodule, L.LightningDataModule):
+        raise TypeError(f"need a LightningDataModule (see from_datasets), got {type(datamodule).__name__}.")
+    for name, low in (("max_epochs", 1), ("patience", 0)):
+        value = given[name]
+        if isinstance(value, bool) or not isinstance(value, Integral) or not low <= value <= MAX_EPOCHS:
+            raise ValueError(f"{name} must be a whole number from {low} to {MAX_EPOCHS:,}, got {value!r}.")
+    accuracy = given["stop_at_val_acc"]
+    if accuracy is not None and (
+        isinstance(accuracy, bool) or not isinstance(accuracy, Real) or not 0 <= accuracy <= 1
+    ):
+        raise ValueError(f"stop_at_val_acc must be an accuracy from 0 to 1, or None, got {accuracy!r}.")
 
 
 def fit(
@@ -104,10 +121,7 @@ def fit(
             end of every epoch); the module keeps no best weights.
         CheckpointError: ``ckpt_path`` or the best epoch's file is not a checkpoint of this model.
     """
-    if isinstance(max_epochs, bool) or not isinstance(max_epochs, int) or not 1 <= max_epochs <= MAX_EPOCHS:
-        raise ValueError(f"max_epochs must be a whole number from 1 to {MAX_EPOCHS:,}, got {max_epochs!r}.")
-    if not isinstance(datamodule, L.LightningDataModule):
-        raise TypeError(f"need a LightningDataModule (see from_datasets), got {type(datamodule).__name__}.")
+    check_arguments(datamodule, max_epochs=max_epochs, patience=patience, stop_at_val_acc=stop_at_val_acc)
     best = best or FolderCheckpoint(filename="best", monitor=select_by, mode=mode(select_by))
     callbacks = [best, *callbacks, StopOnNonFinite()]
     if patience or stop_at_val_acc:

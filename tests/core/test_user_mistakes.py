@@ -7,6 +7,8 @@ Deliberate breaks these tests catch (each was tried):
   test_a_halting_logit_of_shape_b_1_is_named;
 - PonderLitModule's check of its model removed: test_a_step_function_not_wrapped_in_a_method;
 - fit's check of its data module removed: test_fit_wants_a_data_module;
+- fit's check of patience or of stop_at_val_acc removed (Lightning takes patience=-1 and stops at the
+  first epoch without a better accuracy): test_fit_refuses_a_negative_patience_and_an_accuracy_above_1;
 - diagnose judging one input: test_diagnose_gives_no_verdict_from_one_input;
 - float(lambda_p) unguarded, and training_threads' check removed:
   test_a_missing_lambda_p_and_negative_threads_are_named.
@@ -14,6 +16,7 @@ Deliberate breaks these tests catch (each was tried):
 
 import pytest
 import torch
+from lightning import LightningDataModule
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -90,3 +93,19 @@ def test_a_missing_lambda_p_and_negative_threads_are_named():
     with pytest.raises(ValueError, match="threads must be a whole number >= 1"):
         with training_threads(-3):
             pass
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        ({"patience": -1}, "patience must be a whole number from 0 to"),
+        ({"patience": 2.5}, "patience must be a whole number from 0 to"),
+        ({"stop_at_val_acc": 99}, "stop_at_val_acc must be an accuracy from 0 to 1, or None, got 99"),
+        ({"stop_at_val_acc": "0.9"}, "stop_at_val_acc must be an accuracy"),
+    ],
+)
+def test_fit_refuses_a_negative_patience_and_an_accuracy_above_1(given, message):
+    data = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    datamodule = LightningDataModule.from_datasets(TensorDataset(*data), TensorDataset(*data), batch_size=4)
+    with pytest.raises(ValueError, match=message):
+        fit(PonderLitModule(PonderNet(Step(), max_steps=3)), datamodule, max_epochs=1, **given)
