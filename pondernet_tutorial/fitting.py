@@ -62,7 +62,7 @@ def check_arguments(datamodule, **given) -> None:
     if not isinstance(datamodule, L.LightningDataModule):
         raise TypeError(f"need a LightningDataModule (see from_datasets), got {type(datamodule).__name__}.")
     for name, low in (("max_epochs", 1), ("patience", 0)):
-        value = given[name]
+        value = given[name] if given[name] is not None or name == "max_epochs" else 0
         if isinstance(value, bool) or not isinstance(value, Integral) or not low <= value <= MAX_EPOCHS:
             raise ValueError(f"{name} must be a whole number from {low} to {MAX_EPOCHS:,}, got {value!r}.")
     accuracy = given["stop_at_val_acc"]
@@ -77,7 +77,7 @@ def fit(
     datamodule: L.LightningDataModule,
     max_epochs: int,
     select_by: str = "val/acc",
-    patience: int = 0,
+    patience: int | None = 0,
     stop_at_val_acc: float | None = None,
     best: FolderCheckpoint | None = None,
     ckpt_path=None,
@@ -96,7 +96,7 @@ def fit(
         max_epochs: the most epochs to train, 1 to :data:`MAX_EPOCHS`.
         select_by: the logged metric that picks the best epoch (``val/acc``; a name ending in ``loss``
             is minimised; ``epoch``, which Lightning's checkpoint callback also ranks by, keeps the last).
-        patience: stop after this many epochs without a better validation accuracy (0: never).
+        patience: stop after this many epochs without a better validation accuracy (0 or None: never).
         stop_at_val_acc: stop once the validation accuracy reaches this value.
         best: the checkpoint callback that keeps the best epoch (default: a
             :class:`~pondernet_tutorial.checkpointing.FolderCheckpoint` ranking by ``select_by``, in a folder
