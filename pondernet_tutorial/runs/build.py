@@ -61,6 +61,32 @@ def one_line(error: BaseException) -> str:
     return (text[:300] or type(error).__name__).rstrip(".") + "."
 
 
+class StepDoesNotFitError(ValueError):
+    """The step function fails on the experiment's data (MNIST's step on parity's vectors)."""
+
+
+def check_fits_data(config: TrainConfig, module: RunModule, datamodule) -> None:
+    """One forward pass and loss on two validation samples, before any folder is made: a step function
+    that does not fit the experiment's data is one :class:`StepDoesNotFitError`, not a traceback from
+    inside Lightning's first step. The validation set is the one training uses (drawn
+    from its own seed), and the global random state is left as it was, so training draws the same."""
+    datamodule.setup("fit")
+    model, training = module.model, module.model.training
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        x, y = (t[:2] for t in next(iter(datamodule.val_dataloader()))[:2])  # a loader draws its seed
+        try:  # eagerly (never compiled here), in eval mode: no batch-norm statistics move
+            model.eval()
+            model.loss(model(x), y)
+        except (ValueError, TypeError, RuntimeError, IndexError) as error:
+            raise StepDoesNotFitError(
+                f"the step function {config.step} does not fit the data of {config.experiment} "
+                f"({one_line(error)[:-1]}): choose the experiment's own step function, "
+                f"{get_experiment(config.experiment).step}, or one whose input fits."
+            ) from None
+        finally:
+            model.train(training)
+
+
 class ModelTooLargeError(ValueError):
     """A model of more weights than ``MAX_PARAMETERS``."""
 

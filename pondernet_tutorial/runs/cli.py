@@ -331,7 +331,7 @@ def _user_errors():
     from ..data.mnist import MNISTDamagedError, MNISTNotFoundError
     from ..fitting import TrainingDivergedError
     from ..untrusted import DamagedFileError
-    from .build import MissingPackageError
+    from .build import MissingPackageError, StepDoesNotFitError
     from .checkpoints import CheckpointError
     from .config import ConfigMismatchError
 
@@ -348,6 +348,7 @@ def _user_errors():
         FileExistsError,
         MissingPackageError,
         MisconfigurationException,
+        StepDoesNotFitError,
         TrainingDivergedError,
     )
 

@@ -33,6 +33,7 @@ from ..checkpointing import FolderCheckpoint, checkpoint_bound
 from ..fast_path import GraphedPonderLitModule
 from ..fitting import fit, mode
 from .build import (
+    check_fits_data,
     check_logger_available,
     check_trainer,
     make_datamodule,
@@ -216,6 +217,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
         return datamodule, make_module(config, graphed=graphed)
 
     datamodule, module = prepare()
+    check_fits_data(config, module, datamodule)  # one dry forward pass: the step takes this data
     identity = config.identity()  # what the folder's records must hold
     with folder_lock(run_dir, wait=wait, doing="training it"):  # one process at a time per run folder
         if not overwrite and is_rank_zero():  # the other ranks of a DDP run join rank 0's and write nothing

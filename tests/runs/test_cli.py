@@ -178,6 +178,19 @@ def test_more_user_errors_are_one_line(without_wandb, tmp_path, capsys):
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_step_function_that_does_not_fit_the_data_is_one_line_before_any_folder(tmp_path, capsys):
+    """MNIST's step on parity's vectors gave a traceback from Lightning's first training step, exit
+    status 1, and an unfinished run folder. Break caught (tried): the dry forward pass left out of
+    training, or its error not counted among the user errors."""
+    runs = tmp_path / "runs"
+    args = ["train", "--quick", "--experiment", "parity-interpolation", "--step", "mnist_mlp"]
+    assert main([*args, "--output-dir", str(runs)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: the step function mnist_mlp does not fit"), lines
+    assert "(batch, 1, 28, 28), got (2, 16)" in lines[0] and "own step function, parity_gru" in lines[0]
+    assert not runs.exists()
+
+
 def _main(args) -> int:
     """``main(args)``'s exit status, whether argparse exits or main returns."""
     try:

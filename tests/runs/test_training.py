@@ -208,3 +208,20 @@ def test_a_compiled_run_trains(tmp_path):
         and metadata["cuda_graph"] is False
     )
     assert (config.run_dir / WEIGHTS).is_file()
+
+
+@pytest.mark.parametrize("experiment", ["parity-interpolation", "mnist-interpolation"])
+def test_the_check_that_the_step_fits_the_data_leaves_training_as_it_was(experiment):
+    """train() runs one dry forward pass before the run folder is made (check_fits_data); it must leave
+    the global random state and the model's mode as they were, or training draws differently with it.
+    Breaks caught (each was tried): the loader iterated outside fork_rng (a DataLoader draws its seed
+    from the global generator), the model left in eval mode."""
+    from pondernet_tutorial.runs.build import check_fits_data, make_datamodule, make_module
+
+    config = TrainConfig.from_options(experiment=experiment, quick=True, epochs=1)
+    module, datamodule = make_module(config), make_datamodule(config)
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    check_fits_data(config, module, datamodule)
+    assert torch.equal(torch.get_rng_state(), before)
+    assert module.model.training and all(m.training for m in module.model.modules())
