@@ -339,7 +339,20 @@ def load_pretrained(
     :meth:`TrainConfig.from_options` takes them); they pick the run folder, and the run's recorded
     configuration and its model file's own hyperparameters must equal them.
 
+    Args:
+        experiment: an experiment's name (``python -m pondernet_tutorial list`` lists them).
+        method: the halting method: ``pondernet``, ``act``, ``fixed``, ``hrm`` or ``trm``.
+        seed: the run's seed.
+        map_location: where the weights go, as ``torch.load`` takes it (``"cuda"``).
+        trust_code: as :func:`load_model`'s; the shipped runs need none.
+        options: the run's other settings (``lambda_p=0.1``, ``tau=0.001``, ``max_steps=5``).
+
+    Returns:
+        the :class:`~pondernet_tutorial.runs.module.RunModule`, in eval mode.
+
     Raises:
+        CheckpointError: no such run is shipped (the message lists those that are), or its files do
+            not match the run asked for.
         TypeError: an option that is not a field of :class:`TrainConfig`, or ``output_dir``: the shipped
             runs lie in the package (a run of another folder: :func:`load_model`).
     """

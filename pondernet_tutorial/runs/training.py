@@ -190,12 +190,21 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
     raises :class:`~.files.FolderLockedError`, or with ``wait`` is waited for. In a multi-process (DDP)
     run only rank 0 writes; the other ranks return ``(module, None)``.
 
+    Args:
+        config: the run (:class:`~.config.TrainConfig`; its ``run_dir`` is the folder).
+        overwrite: train a finished run again, in place of the one there.
+        wait: wait for another process that trains into the folder, instead of refusing.
+
     Returns:
         the module with its best weights loaded (eval mode) and the metadata dictionary.
 
     Raises:
+        RunExistsError: the folder holds this run, finished, and ``overwrite`` is not given.
+        StepDoesNotFitError: the step function fails on the experiment's data (checked on two samples).
+        TrainingDivergedError: the loss or the weights stopped being finite; no model is saved.
         Interrupted: (a ``KeyboardInterrupt``) on Ctrl-C, SIGTERM or SIGHUP; the folder keeps no
-            ``model.safetensors``, and the next call trains the run again.
+            ``model.safetensors``, and the next call continues the run (a generated task) or trains
+            it again (MNIST).
     """
     with stop_on_signals(), quiet_lightning():  # a stop is a failure, never Lightning's exit status 0
         return _train(config, overwrite, wait)
