@@ -74,3 +74,21 @@ def test_which_head_holds():
     assert configs.loc[halting, "solves"].map(lambda v: v is False).all()
     never = collapsed.loc[halting[halting].index, "collapsed"] == 0
     assert set(never[never].index) == set(configs.index[configs["family"] == "pondernet"])
+
+
+def test_the_defaults_numbers_hold():
+    """ "The defaults" gives pointer chasing's steps after the exit for λ_p = 0.8 and 0.2 (each seed, on
+    the test set) and labml's parity's steps for λ_p = 0.2, a prior mean of 5 (before, it said that the
+    steps settle near 1/λ_p where a step cannot tell that it is done, which labml's parity contradicts)."""
+    text = " ".join(CHEAT_SHEET.read_text(encoding="utf-8").split())
+    pointer = per_run("pointer", "pointer-extrapolation")
+    after = (pointer["steps"] - pointer["difficulty"]).groupby(pointer["config"]).agg(["min", "max"])
+    low = after.loc["PonderNet λ_p=0.8"]
+    assert f"{low['min']:.1f}" == f"{low['max']:.1f}"
+    assert f"halted {low['min']:.1f} steps after the exit with $\\lambda_p = 0.8$" in text
+    high = after.loc["PonderNet λ_p=0.2"]
+    assert f"and {high['min']:.1f} to {high['max']:.1f} after it with $\\lambda_p = 0.2$, by seed" in text
+    parity = per_run("parity-interpolation", "parity-interpolation")
+    steps = parity.loc[parity["config"] == "PonderNet λ_p=0.2", "steps"]
+    assert len(steps) == 3 and steps.min() > 2 * 5  # each seed twice the prior's mean of 5, or more
+    assert f"a mean of 5, took {steps.min():.1f} to {steps.max():.1f} steps" in text
