@@ -133,3 +133,37 @@ def test_rescore_compares_the_shipped_weights_on_fresh_vectors_within_3_standard
     runs["seen_accuracy"] = 1.0  # a shipped point that its weights do not give
     runs.to_csv(study / "runs.csv", index=False)
     assert paper_size.main([str(out), "--rescore", str(study)]) == 1
+
+
+def test_the_chapters_gpu_recipe_trains_the_runs_it_shows():
+    """Chapter 12's "With a GPU" prints a command line for each size and method; each must describe the
+    run that tools/paper_size.py trained and shipped (before: the 16-element study's early stopping, and
+    a control and one step that the paper-size study never trained)."""
+    import contextlib
+    import io
+    import shlex
+
+    from pondernet_tutorial.analysis import paper_claims
+    from pondernet_tutorial.runs.cli import build_parser, config_names
+    from pondernet_tutorial.runs.config import TrainConfig
+
+    notebook = json.loads((TOOL.parents[1] / "book" / "12_parity_paper.ipynb").read_text(encoding="utf-8"))
+    (cell,) = ["".join(c["source"]) for c in notebook["cells"] if "--select-by epoch" in "".join(c["source"])]
+    printed = io.StringIO()
+    names = dict(paper_size.EXPERIMENTS)
+    with contextlib.redirect_stdout(printed):
+        exec(
+            cell,
+            {"GPU": names, "here": {"act": {"tau": 2e-3}}, "paper_claims": paper_claims, "PER_EPOCH": 1_000},
+        )
+    commands = [c for c in printed.getvalue().replace("\\\n", " ").splitlines() if c.startswith("python")]
+    assert len(commands) == len(paper_size.EXPERIMENTS) * len(paper_size.METHODS)
+    for command, (n, method) in zip(commands, [(n, m) for n in names for m in paper_size.METHODS]):
+        args = build_parser().parse_args(shlex.split(command)[3:])
+        values = {k: v for k, v in vars(args).items() if k in config_names() and v is not None}
+        config = TrainConfig.from_options(**{k: v for k, v in values.items() if k not in ("accelerator",)})
+        shipped = paper_size.run_config(n, method, 0)
+        # the tool keeps the last update's weights itself; the command line says so with select_by
+        mine = {k: v for k, v in config.identity().items() if k != "select_by"}
+        assert mine == {k: v for k, v in shipped.identity().items() if k != "select_by"}, command
+        assert config.select_by == "epoch"
