@@ -4,7 +4,7 @@ The step function's halting logit gives a *halting unit* ``η_n = sigmoid(z_n)``
 ``h``; the book keeps ``h_n`` for the hidden state). ACT halts deterministically, at the first step
 where the halting units add up to almost one:
 
-    T(x) = min{ n : Σ_{j≤n} η_j ≥ 1 − ε }   (or the last step, N = max_steps; Graves's N(t) and M)
+    T(x) = min{ n : Σ_{j≤n} η_j ≥ 1 − ε }   (or the last step N, max_steps; eval_max_steps in eval; Graves's N(t), M)
     R    = 1 − Σ_{n<T} η_n                  the remainder, in (ε, 1]
     p_n  = η_n for n < T,  p_T = R,  0 after T          (a distribution over 1..N)
     ŷ    = Σ_n p_n ŷ_n                        the mean-field output
@@ -106,10 +106,13 @@ class ACT(HaltingMethod):
         return (p[..., None] * out.logits.float()).sum(0), halt_step  # in float32, as infer and loss
 
     def loss(self, out: Unroll, targets: Tensor) -> dict[str, Tensor]:
-        """``ℒ(y, Σ_n p_n ŷ_n) + τ · mean(T + R)``, and ``"weights"``, the ``p_n`` it mixed."""
-        halt_step = act_halt_step(out.halting_logits, self.epsilon)  # T(x)
-        p, remainder = act_weights(out.halting_logits, halt_step)
-        prediction = (p[..., None] * out.logits.float()).sum(0)  # ŷ = Σ_n p_n ŷ_n
+        """``ℒ(y, Σ_n p_n ŷ_n) + τ · mean(T + R)`` over training's first N steps (validation's unroll
+        may hold more), and ``"weights"``, the ``p_n`` it mixed."""
+        n = self.max_steps
+        halting_logits = out.halting_logits[:n]
+        halt_step = act_halt_step(halting_logits, self.epsilon)  # T(x)
+        p, remainder = act_weights(halting_logits, halt_step)
+        prediction = (p[..., None] * out.logits[:n].float()).sum(0)  # ŷ = Σ_n p_n ŷ_n
         task = per_sample_loss(self.loss_fn, prediction, targets).mean()  # ℒ(y, ŷ)
         ponder = (halt_step.to(remainder.dtype) + remainder).mean()  # mean P = T + R
         return {"loss": task + self.tau * ponder, "task": task, "ponder_cost": ponder, "weights": p}

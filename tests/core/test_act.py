@@ -214,3 +214,26 @@ def test_halting_bias_needs_a_halting_head():
     step = GRUStep()
     ACT(step, halting_bias=-3.0)
     assert (step.halting_head.bias == -3.0).all()
+
+
+@pytest.mark.parametrize("method", ["act", "pondernet"])
+def test_validation_loss_counts_trainings_steps(method):
+    """With a longer evaluation budget (eval_max_steps > N), the loss is still the one training
+    minimises: over the first N steps, as if the unroll had stopped there."""
+    from pondernet_tutorial import ParityStep, PonderNet
+
+    torch.manual_seed(0)
+    step = ParityStep(n_elements=8, hidden_size=16)
+    if method == "act":  # a negative bias: no sample halts within N, so the longer unroll differs
+        model = ACT(step, max_steps=4, tau=0.01, halting_bias=-3.0, eval_max_steps=12)
+    else:
+        model = PonderNet(step, max_steps=4, lambda_p=0.3, eval_max_steps=12)
+    model.eval()
+    x = torch.randint(-1, 2, (16, 8)).float()
+    y = ((x == 1).sum(1) % 2).long()
+    with torch.no_grad():
+        long, short = model(x), model(x, steps=4)
+        assert long.halting_logits.shape[0] == 12 and short.halting_logits.shape[0] == 4
+        full, first_n = model.loss(long, y), model.loss(short, y)
+        for name in set(full) - {"weights"}:  # the loss and its terms
+            assert torch.equal(full[name], first_n[name]), name
