@@ -112,9 +112,9 @@ class FolderCheckpoint(ModelCheckpoint):
             return
         if self.monitor is not None and not _is_score(score):
             return
-        try:
-            open_regular(path, getattr(self, "max_bytes", CHECKPOINT_OVERHEAD), follow_links=False).close()
-        except OSError:
+        try:  # the best epoch's file must be one that load_best can use, or its record is not kept
+            _epoch_of(read_checkpoint_file(path, getattr(self, "max_bytes", CHECKPOINT_OVERHEAD)), path)
+        except CheckpointError:
             return
         self.best_model_path = self.kth_best_model_path = str(path)
         if self.monitor is not None:
@@ -126,5 +126,14 @@ class FolderCheckpoint(ModelCheckpoint):
         if not self.best_model_path:
             return None
         checkpoint = read_checkpoint_file(self.best_model_path, checkpoint_bound(module))
+        epoch = _epoch_of(checkpoint, self.best_model_path)
         module.load_state_dict(checkpoint["state_dict"])
-        return int(checkpoint["epoch"])
+        return epoch
+
+
+def _epoch_of(checkpoint: dict, path) -> int:
+    """A checkpoint's epoch, a whole number >= 0 with a state dict beside it, or a CheckpointError."""
+    epoch = checkpoint.get("epoch")
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0 or "state_dict" not in checkpoint:
+        raise CheckpointError(f"{path} is not a checkpoint of an epoch (its epoch is {str(epoch)[:20]!r}).")
+    return epoch

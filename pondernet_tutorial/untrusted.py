@@ -77,12 +77,24 @@ def damaged_table(path, why: str) -> DamagedFileError:
     )
 
 
+MAX_COLUMNS = 1_000  # the package's tables have at most a few dozen; pandas spends kilobytes on each
+
+
 class _Capped:
-    """A binary reader that raises :class:`DamagedFileError` after ``cap`` bytes (a gzip bomb), or at the
-    first NUL byte, which no text table holds (a sparse or zeroed file reads as a table of none)."""
+    """A binary reader that raises :class:`DamagedFileError` after ``cap`` bytes (a gzip bomb), at the
+    first NUL byte, which no text table holds (a sparse or zeroed file reads as a table of none), or at
+    a header of more than :data:`MAX_COLUMNS` columns (a megabyte of commas takes gigabytes in pandas)."""
 
     def __init__(self, raw, cap: int, path):
         self.raw, self.cap, self.path, self.count = raw, cap, path, 0
+        # the header, read first, at most a column's worth of bytes each: kept for the first reads
+        self.pending = self._counted(raw.readline(min(cap + 1, 256 * MAX_COLUMNS)))
+        if self.pending.count(b",") >= MAX_COLUMNS or len(self.pending) >= 256 * MAX_COLUMNS:
+            raise damaged_table(path, f"its header is longer than {MAX_COLUMNS:,} columns")
+
+    def _pending(self, size: int) -> bytes:
+        data, self.pending = self.pending[:size], self.pending[size:]
+        return data
 
     def _counted(self, data: bytes) -> bytes:
         self.count += len(data)
@@ -93,7 +105,11 @@ class _Capped:
         return data
 
     def read(self, size: int = -1) -> bytes:
-        return self._counted(self.raw.read(self.cap + 1 - self.count if size is None or size < 0 else size))
+        whole = size is None or size < 0
+        if self.pending:
+            head = self._pending(len(self.pending) if whole else size)
+            return head + (self.read() if whole else b"")
+        return self._counted(self.raw.read(self.cap + 1 - self.count if whole else size))
 
     def readable(self) -> bool:
         return True
@@ -102,6 +118,8 @@ class _Capped:
         return iter(self.readline, b"")
 
     def readline(self, size: int = -1) -> bytes:
+        if self.pending:
+            return self._pending(len(self.pending))
         return self._counted(self.raw.readline(self.cap + 1 - self.count))
 
 
@@ -140,11 +158,27 @@ def read_table(
     return table
 
 
+MAX_DEPTH = 32  # lists and dictionaries nested deeper than this are no record of this package's
+
+
+def nested_deeper_than(value, limit: int = MAX_DEPTH) -> bool:
+    """Whether lists and dictionaries nest more than ``limit`` deep in ``value``, found without
+    recursion: the code that then walks the value (comparing, copying) recurses once per level."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, tuple, dict)):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
 def read_json(path: str | os.PathLike) -> dict | None:
     """The JSON object in ``path``; ``None`` if the file is missing, empty, damaged, not a regular file,
-    too big, or nested too deep (a ``RecursionError``)."""
+    too big, or nested more than :data:`MAX_DEPTH` deep."""
     try:
         data = json.loads(read_regular(path).decode("utf-8"))
     except (OSError, ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return None
-    return data if isinstance(data, dict) else None
+    return data if isinstance(data, dict) and not nested_deeper_than(data) else None

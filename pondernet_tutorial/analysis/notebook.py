@@ -131,8 +131,22 @@ def select(runs, **values):
 
 
 def run_file(root, run, name: str) -> Path:
-    """A file of one run (a row of a study's ``runs`` table) under the results root."""
-    return Path(root) / run["path"] / name
+    """A file of one run (a row of a study's ``runs`` table) under the results root. The table is data:
+    a ``path`` that leads out of the root (absolute, through ``..`` or a link) is a ``DamagedFileError``."""
+    from ..untrusted import DamagedFileError
+
+    folder, base = run["path"], Path(root).resolve()
+    if (
+        not isinstance(folder, str)
+        or Path(folder).is_absolute()
+        or ".." in Path(folder).parts
+        or base not in (base / folder / name).resolve().parents
+    ):
+        raise DamagedFileError(
+            0,
+            f"the runs table under {root} names a run folder outside it ({str(folder)[:80]!r}): rebuild its tables",
+        )
+    return Path(root) / folder / name
 
 
 def load_model(root, run):

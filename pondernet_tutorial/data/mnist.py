@@ -36,6 +36,7 @@ MNIST_FILES = (
     "t10k-labels-idx1-ubyte",
 )
 TRAIN_SIZE, VAL_SIZE = 55_000, 5_000
+MAX_ARCHIVE_BYTES = 16 * 2**20  # MNIST's largest archive, train-images-idx3-ubyte.gz, holds 9.9 MB
 SPLIT_SEED = 1234  # the fixed 55,000 / 5,000 split does not depend on the training seed
 
 
@@ -139,6 +140,18 @@ def download_mnist(data_dir: str | os.PathLike | None = None) -> Path:
     raw = root / "MNIST" / "raw"
     if all((raw / name).is_file() for name in MNIST_FILES):
         return raw
+    # torchvision reads every archive it finds there whole (its MD5 check) and writes beside it: refuse
+    # what is no archive of MNIST's first (a 1 TB sparse file, a FIFO, a link out of the folder)
+    for name in (*MNIST_FILES, *(f"{name}.gz" for name in MNIST_FILES)):
+        try:
+            info = os.lstat(raw / name)
+        except OSError:  # not there: torchvision downloads it
+            continue
+        if not stat.S_ISREG(info.st_mode) or (name.endswith(".gz") and info.st_size > MAX_ARCHIVE_BYTES):
+            raise MNISTDamagedError(
+                f"{raw / name} is not an MNIST file (not a regular file, or more than {MAX_ARCHIVE_BYTES:,} "
+                "bytes): delete it, then download MNIST again."
+            )
     from torchvision.datasets import MNIST
 
     messages = io.StringIO()  # torchvision prints every mirror it tries: keep that for the error

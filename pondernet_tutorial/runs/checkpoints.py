@@ -22,8 +22,10 @@ from pathlib import Path
 import torch
 
 from ..untrusted import (
+    MAX_DEPTH,
     CheckpointError,  # noqa: F401 (raised here, caught by its callers)
     DamagedFileError,
+    nested_deeper_than,
     read_json,
     read_regular,
 )
@@ -99,9 +101,10 @@ def read_header(path: Path) -> tuple[dict, bytes]:
                 "written by this version of pondernet_tutorial; train the run again with this one."
             )
         hparams = json.loads(metadata.get("hparams", "null"))
-        if not isinstance(hparams, dict):
+        if not isinstance(hparams, dict) or nested_deeper_than(hparams):
             raise CheckpointError(
-                f"{path} is not a PonderNet model file: its hyperparameters are not a dictionary."
+                f"{path} is not a PonderNet model file: its hyperparameters are not a dictionary of "
+                f"values nested at most {MAX_DEPTH} deep."
             )
         return hparams, data
     except (DamagedFileError, OSError) as error:
@@ -193,7 +196,11 @@ def _check_sizes(hparams: dict, path: Path) -> None:
         step, method = hparams.get("step"), hparams.get("method", "pondernet")
         for name, declared, values in (
             ("step option", (step_options(step) if isinstance(step, str) else None) or {}, "step_options"),
-            ("method option", method_options(method) if method in METHODS else {}, "method_options"),
+            (
+                "method option",
+                method_options(method) if isinstance(method, str) and method in METHODS else {},
+                "method_options",
+            ),
         ):
             for key, value in (hparams.get(values) or {}).items():  # dictionaries: load_model checked
                 if key in declared:
@@ -205,7 +212,7 @@ def _check_sizes(hparams: dict, path: Path) -> None:
             raise ValueError(f"n_classes must lie in [1, 100,000], got {n_classes}")
     except ValueError as error:
         raise CheckpointError(f"{path} has hyperparameters out of range: {one_line(error)}") from None
-    registered = step in STEPS and method in METHODS
+    registered = all(isinstance(name, str) for name in (step, method)) and step in STEPS and method in METHODS
     try:
         count_weights(
             lambda: RunModule(**hparams), f"{path} has hyperparameters this package does not accept"
@@ -271,7 +278,7 @@ def load_model(
         if metadata is None:
             raise CheckpointError(f"the metadata.json beside {path} is damaged: train the run again.")
         recorded = metadata.get("hparams")
-        if recorded is not None and plain(hparams) != plain(recorded):
+        if recorded is not None and (not isinstance(recorded, dict) or plain(hparams) != plain(recorded)):
             raise CheckpointError(
                 f"{path} is not the model that its folder's metadata.json records "
                 f"({_hparams_differences(hparams, recorded)}): train the run again."

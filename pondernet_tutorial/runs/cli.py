@@ -596,9 +596,10 @@ def _recorded_experiment(checkpoint) -> str | None:
     from ..untrusted import read_json
 
     try:
-        return read_json(meta)["config"]["experiment"]
+        experiment = read_json(meta)["config"]["experiment"]
     except (KeyError, TypeError):
         return None
+    return experiment if isinstance(experiment, str) else None
 
 
 def _list() -> int:

@@ -480,8 +480,9 @@ def _slug(value) -> str:
 
 
 def identity_differences(saved: dict, requested: dict) -> list[str]:
-    """``"field: saved X, requested Y"`` for every field on which two identities differ."""
-    saved, requested = plain(saved), plain(requested)
+    """``"field: saved X, requested Y"`` for every field on which two identities differ (a saved
+    identity that is not a dictionary, from a damaged record, differs in every field)."""
+    saved, requested = (plain(v) if isinstance(v, dict) else {} for v in (saved, requested))
     keys = list(dict.fromkeys([*requested, *saved]))
     return [
         f"{k}: saved {saved.get(k, '(absent)')!r}, requested {requested.get(k, '(absent)')!r}"

@@ -108,7 +108,9 @@ def read_history(logs: Path) -> list[dict]:
     sittings = sorted(
         (int(match[1]), path / "metrics.csv")
         for path in (logs.iterdir() if logs.is_dir() else ())
-        if (match := re.fullmatch(r"version_(\d{1,9})", path.name))
+        # any number of digits (a name holds at most 255): Lightning's next sitting after version_9999999999
+        # is version_10000000000, and a sitting left unread would lose its epochs
+        if (match := re.fullmatch(r"version_(\d+)", path.name))
     )
     rows: dict[int, dict] = {}
     for _, path in sittings:
@@ -152,6 +154,17 @@ def _check_unfinished_folder(run_dir: Path) -> None:
     leads out of the folder (``logs`` or ``checkpoints`` pointing elsewhere would make Lightning write or
     delete there; wandb's own ``latest-run`` link stays inside), no FIFO or device, and only Lightning's
     own checkpoint files in ``checkpoints/``."""
+    try:
+        _check_entries(run_dir)
+    except CheckpointError:  # (a RuntimeError too)
+        raise
+    except (RecursionError, RuntimeError) as error:  # os.walk recurses; resolve() raises on a link loop
+        raise CheckpointError(
+            f"its folders nest too deep or hold a loop of links ({type(error).__name__})"
+        ) from None
+
+
+def _check_entries(run_dir: Path) -> None:
     inside = run_dir.resolve()
     entries = 0
     for folder, names, files in os.walk(run_dir):  # os.walk never follows links

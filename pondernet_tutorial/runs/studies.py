@@ -322,12 +322,13 @@ def run_one(
     from .evaluation import evaluate_halting, evaluate_run, halting_up_to_date, tables_up_to_date
     from .files import FolderLockedError
     from .resume import completed_run, read_metadata
-    from .training import train
+    from .training import check_inside, train
 
     if threads:
         torch.set_num_threads(threads)
     start = time.perf_counter()
     run_dir = config.run_dir
+    check_inside(run_dir, config.output_dir)  # before its lock: no lock or folder made through a link
     say = print if is_rank_zero() else (lambda *a, **k: None)  # only rank 0 of a DDP run prints
     module = None
     try:
@@ -449,6 +450,10 @@ def reproduce(
         check_not_shipped(output_dir, "output_dir")  # the shipped runs are read-only without ship
     root = PRETRAINED_DIR if ship else Path(output_dir)
     chosen = [get_study(name) for name in studies]
+    from .training import check_inside
+
+    for study in chosen:  # before any training: the tables are never written through a link
+        check_inside(root / "studies" / study.name, root, "study folder")
     start = time.perf_counter()
     # The plan, built once: every study's configurations with the shared options, used for training,
     # the study tables and shipping alike (a shared option such as --precision names the run folders).
@@ -524,8 +529,10 @@ def write_study_tables(
 
     from .evaluation import load_run_tables, per_angle
     from .resume import read_metadata
+    from .training import check_inside
 
     out = root / "studies" / study.name
+    check_inside(out, root, "study folder")  # written and unlinked in: never through a link
     collected = {"summary": [], "per_step": [], "per_class": [], "halting": []}
     runs = []
     for config in configs:

@@ -240,7 +240,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
         while True:
             if is_rank_zero():
                 if run_dir.exists() and not resume:  # an unfinished or damaged run, or one to overwrite
-                    shutil.rmtree(run_dir)  # never follows a link inside it
+                    remove_folder(run_dir)
                 run_dir.mkdir(parents=True, exist_ok=True)
                 write_json(run_dir / RESUME_FILE, {"identity": identity})
                 mark_parent()  # the ranks that fit() starts end with this process
@@ -325,6 +325,17 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
         return module, metadata
 
 
+def remove_folder(folder: Path) -> None:
+    """``shutil.rmtree``, which never follows a link inside the folder; a folder nested too deep for it
+    (it recurses once per level) is one line that says to remove it by hand."""
+    try:
+        shutil.rmtree(folder)
+    except RecursionError:
+        raise FileExistsError(
+            f"{folder} holds folders nested too deep to delete: remove it by hand, or choose another output folder."
+        ) from None
+
+
 class RunExistsError(FileExistsError):
     """The run folder holds a finished run: one line that says to pass ``overwrite=True``;
     :attr:`command_line` says it in the command line's words (``--overwrite``)."""
@@ -342,9 +353,9 @@ def _log_file(loggers, folder: Path) -> Path:
     return Path(csv.log_dir) / "metrics.csv" if csv is not None else folder
 
 
-def check_inside(run_dir: Path, output_dir) -> None:
-    """Refuse a run folder (or a folder on its way) that is a symbolic link, or that resolves outside
-    ``output_dir``: training deletes and rewrites it."""
+def check_inside(run_dir: Path, output_dir, what: str = "run folder") -> None:
+    """Refuse a run folder (or a study's, ``what``), or a folder on its way, that is a symbolic link, or
+    that resolves outside ``output_dir``: training and the studies lock, delete and rewrite it."""
     base = Path(output_dir).expanduser()
     relative = Path(os.path.relpath(Path(run_dir).expanduser().absolute(), base.absolute()))
     here = base
@@ -352,12 +363,12 @@ def check_inside(run_dir: Path, output_dir) -> None:
         here = here / part
         if part == ".." or here.is_symlink():
             raise FileExistsError(
-                f"the run folder {run_dir} is a symbolic link or lies outside {output_dir} ({here}): "
+                f"the {what} {run_dir} is a symbolic link or lies outside {output_dir} ({here}): "
                 "remove it, or choose another --output-dir."
             )
     if base.resolve() not in Path(run_dir).expanduser().resolve().parents:
         raise FileExistsError(
-            f"the run folder {run_dir} resolves outside {output_dir}: choose another --output-dir."
+            f"the {what} {run_dir} resolves outside {output_dir}: choose another --output-dir."
         )
 
 

@@ -134,7 +134,8 @@ def test_2b_a_best_checkpoint_over_the_size_bound_is_not_restored(tmp_path, boun
     from pondernet_tutorial.checkpointing import FolderCheckpoint
 
     best = tmp_path / "best-v3.ckpt"
-    best.write_bytes(b"x" * 2048)  # fit() would load it at the end: it must be within the bound
+    torch.save({"epoch": 0, "state_dict": {"w": torch.zeros(200)}}, best)  # fit() would load it at the end:
+    assert 1024 < best.stat().st_size < 4096  # it must be within the bound, and a checkpoint of an epoch
     callback = FolderCheckpoint(tmp_path, "best", monitor="val/acc", mode="max")
     callback.max_bytes = bound  # what setup() derives from the module's size
     callback.load_state_dict({"best_model_path": str(best), "best_model_score": torch.tensor(0.5)})

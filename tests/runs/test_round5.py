@@ -1,0 +1,176 @@
+"""Round 5 of attacks on what the package reads (a helper session's review at b5ab042): a results
+folder, a study table, a run folder, a model file or the MNIST folder that makes the package write or
+read outside its folder, take gigabytes or hang, or stop with a traceback. Each test failed on the
+code before the change, as the closing note of this stop tells (the round-4 tests are in
+test_round4.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import tiny_parity
+import torch
+from test_faults import reproduce_tiny, tiny_study  # noqa: F401 (a fixture)
+from test_round4 import QUIET, data, one_error_line, tiny_model_file
+
+from pondernet_tutorial.analysis.notebook import load_json, load_table
+from pondernet_tutorial.checkpointing import FolderCheckpoint
+from pondernet_tutorial.data.mnist import MNISTDamagedError, download_mnist
+from pondernet_tutorial.fitting import fit
+from pondernet_tutorial.runs import cli
+from pondernet_tutorial.runs.checkpoints import load_model
+from pondernet_tutorial.runs.config import identity_differences
+from pondernet_tutorial.runs.resume import _check_unfinished_folder, read_history
+from pondernet_tutorial.runs.training import remove_folder
+from pondernet_tutorial.untrusted import CheckpointError, DamagedFileError, read_json, read_table
+
+
+def nested(depth: int):
+    value = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_1_a_study_folder_that_is_a_link_is_refused_before_any_run(tmp_path, tiny_study):  # noqa: F811
+    """`reproduce` wrote the study's tables, locked and unlinked files through a `studies` link."""
+    results, victim = tmp_path / "results", tmp_path / "victim"
+    results.mkdir()
+    victim.mkdir()
+    (results / "studies").symlink_to(victim)
+    with pytest.raises(FileExistsError, match="study folder .* is a symbolic link"):
+        reproduce_tiny(results)
+    assert list(victim.iterdir()) == [] and sorted(p.name for p in results.iterdir()) == ["studies"]
+
+
+def test_2_an_experiment_folder_that_is_a_link_gets_no_lock_or_folder(tmp_path, tiny_study):  # noqa: F811
+    """The run's lock and its folder were made through the link before train() refused it."""
+    results, victim = tmp_path / "results", tmp_path / "victim"
+    results.mkdir()
+    victim.mkdir()
+    (results / "parity-interpolation").symlink_to(victim)
+    with pytest.raises(FileExistsError, match="run folder .* is a symbolic link"):
+        reproduce_tiny(results)
+    assert list(victim.iterdir()) == []
+
+
+@pytest.mark.parametrize("path", ["../secret", "/tmp", "a/../../secret"])
+def test_3_a_runs_table_that_names_a_folder_outside_its_root_is_refused(tmp_path, path):
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret" / "history.csv").write_text("user,token\nalice,SECRET\n")
+    root = tmp_path / "results"
+    root.mkdir()
+    runs = pd.DataFrame([{"path": path, "experiment": "x", "variant": "v", "method": "m", "seed": 0}])
+    with pytest.raises(DamagedFileError, match="names a run folder outside it"):
+        load_table(root, runs, "history.csv")
+    with pytest.raises(DamagedFileError, match="names a run folder outside it"):
+        load_json(root, runs.iloc[0], "history.csv")
+
+
+def test_4_records_nested_too_deep_are_damaged_not_a_recursion_error(tmp_path, capsys):
+    deep = tmp_path / "metadata.json"
+    deep.write_text(json.dumps({"identity": {"x": nested(700)}}))
+    assert read_json(deep) is None
+    model = tiny_model_file(tmp_path, lambda hparams, state: hparams["step_options"].update(x=nested(400)))
+    with pytest.raises(CheckpointError, match="nested at most 32 deep"):
+        load_model(model)
+    assert cli.main(["evaluate", "--checkpoint", str(model), "--experiment", "parity-interpolation"]) == 2
+    one_error_line(capsys)
+
+
+def test_4_a_run_folder_nested_too_deep_or_looping_is_one_error(tmp_path):
+    """os.walk and shutil.rmtree recurse once per level, and resolve() raises on a loop of links."""
+    deep = tmp_path / "deep"
+    folder = deep / "logs"
+    folder.mkdir(parents=True)
+    for _ in range(1100):  # one level at a time: mkdir(parents=True) recurses too
+        folder = folder / "a"
+        os.mkdir(folder)
+    try:
+        with pytest.raises(CheckpointError, match="nest too deep or hold a loop"):
+            _check_unfinished_folder(deep)
+        with pytest.raises(FileExistsError, match="nested too deep to delete"):
+            remove_folder(deep)
+    finally:  # one level at a time, deepest first: pytest's own clean-up of tmp_path would recurse
+        while folder != deep:
+            os.rmdir(folder)
+            folder = folder.parent
+    loop = tmp_path / "loop"
+    (loop / "logs").mkdir(parents=True)
+    (loop / "logs" / "loop").symlink_to(loop / "logs" / "loop")
+    with pytest.raises(CheckpointError, match="nest too deep or hold a loop"):
+        _check_unfinished_folder(loop)
+
+
+def test_6_a_model_header_whose_method_is_a_dictionary_is_one_line(tmp_path, capsys):
+    model = tiny_model_file(tmp_path, lambda hparams, state: hparams.update(method={"partial": "pondernet"}))
+    assert cli.main(["evaluate", "--checkpoint", str(model), "--experiment", "parity-interpolation"]) == 2
+    one_error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [{"config": {"experiment": ["x"]}}, {"config": {"experiment": "parity-interpolation"}, "hparams": [1]}],
+)
+def test_7_8_metadata_of_the_wrong_types_beside_a_model_is_one_line(tmp_path, metadata, capsys):
+    model = tiny_model_file(tmp_path)
+    (tmp_path / "metadata.json").write_text(json.dumps(metadata))
+    assert cli.main(["evaluate", "--checkpoint", str(model)]) == 2
+    one_error_line(capsys)
+
+
+def test_9_a_saved_identity_that_is_no_dictionary_differs_in_every_field():
+    assert identity_differences([1], {"lr": 0.1}) == ["lr: saved '(absent)', requested 0.1"]
+
+
+def test_10_a_table_of_a_million_columns_is_refused_before_pandas_reads_it(tmp_path):
+    wide = tmp_path / "wide.csv"
+    wide.write_text("," * 1_000_000 + "\n")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(DamagedFileError, match="header is longer than 1,000 columns"):
+        read_table(wide)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024  # kB: 3 GB before
+    table = pd.DataFrame({"a": [1, 2], "b": ["x", "y"]})
+    for name in ("t.csv", "t.csv.gz"):  # a table of a few columns reads as before, header included
+        table.to_csv(tmp_path / name, index=False)
+        assert read_table(tmp_path / name).equals(table)
+
+
+def test_11_a_huge_sparse_archive_in_the_mnist_folder_is_refused_at_once(tmp_path):
+    """torchvision read it whole for its MD5 check (a 1 TB sparse file ran for minutes)."""
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    with open(raw / "train-images-idx3-ubyte.gz", "wb") as file:
+        file.truncate(2**40)
+    with pytest.raises(MNISTDamagedError, match="is not an MNIST file"):
+        download_mnist(tmp_path)
+
+
+def test_12_a_sitting_with_a_ten_digit_version_is_read(tmp_path):
+    """Lightning's next sitting after version_9999999999 is version_10000000000, which the history
+    skipped: its epochs were lost and the best epoch's row missing."""
+    for version, epoch in (("version_9999999999", 0), ("version_10000000000", 1)):
+        (tmp_path / version).mkdir()
+        (tmp_path / version / "metrics.csv").write_text(f"epoch,step,val/acc\n{epoch},{epoch},0.5\n")
+    assert [row["epoch"] for row in read_history(tmp_path)] == [0, 1]
+
+
+def test_13_a_best_checkpoint_without_its_epoch_is_not_restored(tmp_path):
+    """fit() trained the remaining epochs, then stopped with a KeyError and saved no model."""
+    trainer, _ = fit(tiny_parity.module(), data(), 1, default_root_dir=tmp_path, **QUIET)
+    best = Path(trainer.checkpoint_callback.best_model_path)
+    checkpoint = torch.load(best, weights_only=True)
+    del checkpoint["epoch"]
+    torch.save(checkpoint, best)
+    callback = FolderCheckpoint(dirpath=best.parent, filename="best", monitor="val/acc", mode="max")
+    callback.load_state_dict({"best_model_path": str(best), "best_model_score": 2.0})
+    assert callback.best_model_path == ""  # nothing restored: the next epoch is the best so far
+    callback.best_model_path = str(best)
+    with pytest.raises(CheckpointError, match="is not a checkpoint of an epoch"):
+        callback.load_best(tiny_parity.module())
