@@ -18,6 +18,7 @@ import tiny_parity
 import torch
 from test_faults import reproduce_tiny, tiny_study  # noqa: F401 (a fixture)
 from test_round4 import QUIET, data, one_error_line, tiny_model_file
+from test_untrusted_runs import time_limit
 
 from pondernet_tutorial.analysis.notebook import load_json, load_table
 from pondernet_tutorial.checkpointing import FolderCheckpoint
@@ -148,7 +149,7 @@ def test_11_a_huge_sparse_archive_in_the_mnist_folder_is_refused_at_once(tmp_pat
     raw.mkdir(parents=True)
     with open(raw / "train-images-idx3-ubyte.gz", "wb") as file:
         file.truncate(2**40)
-    with pytest.raises(MNISTDamagedError, match="is not an MNIST file"):
+    with time_limit(30), pytest.raises(MNISTDamagedError, match="is not an MNIST file"):
         download_mnist(tmp_path)
 
 
