@@ -40,7 +40,14 @@ def open_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES, follow_link
     ``O_NONBLOCK``). The check is made on the open file, so the file cannot be swapped between the check
     and the read."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
-    fd = os.open(path, flags if follow_links else flags | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fd = os.open(path, flags if follow_links else flags | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as error:
+        if follow_links or error.errno != errno.ELOOP:
+            raise
+        raise DamagedFileError(
+            errno.ELOOP, f"{path} is a symbolic link, which is not followed here"
+        ) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -58,10 +65,10 @@ def open_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES, follow_link
 MAX_TABLE_BYTES = 256 * 2**20
 
 
-def read_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES) -> bytes:
+def read_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES, follow_links: bool = True) -> bytes:
     """The bytes of ``path`` if it is a regular file (see :func:`open_regular`) of at most ``cap`` bytes:
     nothing blocks, nothing is read without bound."""
-    with open_regular(path, cap) as file:
+    with open_regular(path, cap, follow_links) as file:
         data = file.read(cap + 1)
     if len(data) > cap:
         raise DamagedFileError(errno.EFBIG, f"{path} holds more than {cap:,} bytes")
@@ -124,11 +131,16 @@ class _Capped:
 
 
 def read_table(
-    path: str | os.PathLike, cap: int = MAX_TABLE_BYTES, numeric: tuple[str, ...] = (), **read_csv_options
+    path: str | os.PathLike,
+    cap: int = MAX_TABLE_BYTES,
+    numeric: tuple[str, ...] = (),
+    follow_links: bool = True,
+    **read_csv_options,
 ):
     """A CSV table (gzip-compressed when ``path`` ends with ``.gz``) as a pandas ``DataFrame``, read only
     if it is a regular file of at most ``cap`` bytes, compressed and uncompressed, of text (no NUL byte)
-    with at least one column; ``numeric``: the columns that must hold numbers where the table has them.
+    with at least one column; ``numeric``: the columns that must hold numbers where the table has them;
+    ``follow_links=False``: a table in a results folder, which a link must not lead out of.
 
     Raises:
         FileNotFoundError: no such file.
@@ -140,7 +152,7 @@ def read_table(
     import pandas as pd
 
     path = Path(path)
-    with open_regular(path, cap) as file:
+    with open_regular(path, cap, follow_links) as file:
         raw = gzip.GzipFile(fileobj=file, mode="rb") if path.suffix == ".gz" else file
         try:
             table = pd.read_csv(_Capped(raw, cap, path), **read_csv_options)
@@ -174,11 +186,11 @@ def nested_deeper_than(value, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
-def read_json(path: str | os.PathLike) -> dict | None:
-    """The JSON object in ``path``; ``None`` if the file is missing, empty, damaged, not a regular file,
-    too big, or nested more than :data:`MAX_DEPTH` deep."""
+def read_json(path: str | os.PathLike, follow_links: bool = True) -> dict | None:
+    """The JSON object in ``path``; ``None`` if the file is missing, empty, damaged, not a regular file
+    (or, without ``follow_links``, a link), too big, or nested more than :data:`MAX_DEPTH` deep."""
     try:
-        data = json.loads(read_regular(path).decode("utf-8"))
+        data = json.loads(read_regular(path, follow_links=follow_links).decode("utf-8"))
     except (OSError, ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return None
     return data if isinstance(data, dict) and not nested_deeper_than(data) else None

@@ -12,6 +12,7 @@ Tasks with a difficulty also get ``halting.csv`` (:func:`halting_table`), TRM's 
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
@@ -582,9 +583,10 @@ def range_scores(module, sets: dict[str, EvalSet], seed: int = 0) -> dict:
 def load_run_tables(run_dir: str | Path, per_sample: bool = False) -> dict[str, pd.DataFrame]:
     """A run's evaluation tables (and its per-sample table, where it was kept)."""
     run_dir = Path(run_dir)
-    tables = {t.removesuffix(".csv"): read_table(run_dir / t, numeric=NUMERIC_COLUMNS) for t in RUN_TABLES}
+    read = functools.partial(read_table, numeric=NUMERIC_COLUMNS, follow_links=False)  # none out of the run
+    tables = {t.removesuffix(".csv"): read(run_dir / t) for t in RUN_TABLES}
     if (run_dir / "halting.csv").is_file():
-        tables["halting"] = read_table(run_dir / "halting.csv", numeric=NUMERIC_COLUMNS)
+        tables["halting"] = read(run_dir / "halting.csv")
     if per_sample and (run_dir / "per_sample.csv.gz").exists():
-        tables["per_sample"] = read_table(run_dir / "per_sample.csv.gz", numeric=NUMERIC_COLUMNS)
+        tables["per_sample"] = read(run_dir / "per_sample.csv.gz")
     return tables

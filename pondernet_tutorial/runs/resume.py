@@ -261,7 +261,7 @@ def resumable(run_dir: Path, identity: dict, datamodule) -> bool:
 
 def read_metadata(run_dir: Path) -> dict | None:
     """A run's ``metadata.json``; ``None`` if it is missing or damaged (empty, not JSON)."""
-    return read_json(Path(run_dir) / "metadata.json")
+    return read_json(Path(run_dir) / "metadata.json", follow_links=False)  # no link out of the run
 
 
 def completed_run(

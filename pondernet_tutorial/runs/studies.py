@@ -595,12 +595,16 @@ def load_study(name: str, root: str | Path | None = None) -> dict[str, pd.DataFr
             f"--study {name}`."
         )
     names = ("runs", "summary", "per_step", "per_class", "per_angle", "halting", "continued")
-    record = read_json(folder / "study.json")
+    record = read_json(folder / "study.json", follow_links=False)  # no link leads out of the folder
     if record is None:
         raise FileNotFoundError(
             f"the tables of study {name!r} in {folder.parent} are incomplete (no readable study.json): run "
             f"`{command_name()} reproduce --study {name}` again."
         )
-    tables = {t: read_table(folder / f"{t}.csv") for t in names if os.path.lexists(folder / f"{t}.csv")}
+    tables = {
+        t: read_table(folder / f"{t}.csv", follow_links=False)
+        for t in names
+        if os.path.lexists(folder / f"{t}.csv")
+    }
     tables["study"] = record
     return tables

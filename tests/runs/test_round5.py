@@ -175,3 +175,32 @@ def test_13_a_best_checkpoint_without_its_epoch_is_not_restored(tmp_path):
     callback.best_model_path = str(best)
     with pytest.raises(CheckpointError, match="is not a checkpoint of an epoch"):
         callback.load_best(tiny_parity.module())
+
+
+def test_3_a_table_or_record_linked_out_of_its_folder_is_not_read(tmp_path):
+    """A study's or a run's table that is a link was read wherever it led (a secret outside the folder
+    read as a table); the package follows no link there."""
+    from pondernet_tutorial.runs.evaluation import load_run_tables
+    from pondernet_tutorial.runs.resume import read_metadata
+    from pondernet_tutorial.runs.studies import load_study
+
+    secret = tmp_path / "secret.csv"
+    secret.write_text("user,token\nalice,SECRET\n")
+    (tmp_path / "record.json").write_text(json.dumps({"identity": {}}))
+    study = tmp_path / "results" / "studies" / "mine"
+    study.mkdir(parents=True)
+    (study / "study.json").write_text(json.dumps({"study": "mine"}))
+    (study / "summary.csv").symlink_to(secret)
+    with pytest.raises(DamagedFileError, match="is a symbolic link"):
+        load_study("mine", tmp_path / "results")
+    (study / "study.json").unlink()
+    (study / "study.json").symlink_to(tmp_path / "record.json")
+    with pytest.raises(FileNotFoundError, match="no readable study.json"):
+        load_study("mine", tmp_path / "results")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.csv").symlink_to(secret)
+    with pytest.raises(DamagedFileError, match="is a symbolic link"):
+        load_run_tables(run)
+    (run / "metadata.json").symlink_to(tmp_path / "record.json")
+    assert read_metadata(run) is None
