@@ -57,19 +57,24 @@ def mode(metric: str) -> str:
     return "min" if metric.endswith("loss") else "max"
 
 
-def check_arguments(datamodule, **given) -> None:
+def check_arguments(datamodule, max_epochs, patience, stop_at_val_acc) -> None:
     """fit()'s arguments, each refused in one line that says what it takes."""
     if not isinstance(datamodule, L.LightningDataModule):
         raise TypeError(f"need a LightningDataModule (see from_datasets), got {type(datamodule).__name__}.")
-    for name, low in (("max_epochs", 1), ("patience", 0)):
-        value = given[name] if given[name] is not None or name == "max_epochs" else 0
+    for name, value, low in (
+        ("max_epochs", max_epochs, 1),
+        ("patience", 0 if patience is None else patience, 0),
+    ):
         if isinstance(value, bool) or not isinstance(value, Integral) or not low <= value <= MAX_EPOCHS:
             raise ValueError(f"{name} must be a whole number from {low} to {MAX_EPOCHS:,}, got {value!r}.")
-    accuracy = given["stop_at_val_acc"]
-    if accuracy is not None and (
-        isinstance(accuracy, bool) or not isinstance(accuracy, Real) or not 0 <= accuracy <= 1
+    if stop_at_val_acc is not None and (
+        isinstance(stop_at_val_acc, bool)
+        or not isinstance(stop_at_val_acc, Real)
+        or not 0 <= stop_at_val_acc <= 1
     ):
-        raise ValueError(f"stop_at_val_acc must be an accuracy from 0 to 1, or None, got {accuracy!r}.")
+        raise ValueError(
+            f"stop_at_val_acc must be an accuracy from 0 to 1, or None, got {stop_at_val_acc!r}."
+        )
 
 
 def fit(
@@ -121,7 +126,7 @@ def fit(
             end of every epoch); the module keeps no best weights.
         CheckpointError: ``ckpt_path`` or the best epoch's file is not a checkpoint of this model.
     """
-    check_arguments(datamodule, max_epochs=max_epochs, patience=patience, stop_at_val_acc=stop_at_val_acc)
+    check_arguments(datamodule, max_epochs, patience, stop_at_val_acc)
     best = best or FolderCheckpoint(filename="best", monitor=select_by, mode=mode(select_by))
     callbacks = [best, *callbacks, StopOnNonFinite()]
     if patience or stop_at_val_acc:

@@ -94,9 +94,10 @@ class _Capped:
 
     def __init__(self, raw, cap: int, path):
         self.raw, self.cap, self.path, self.count = raw, cap, path, 0
-        # the header, read first, at most a column's worth of bytes each: kept for the first reads
-        self.pending = self._counted(raw.readline(min(cap + 1, 256 * MAX_COLUMNS)))
-        if self.pending.count(b",") >= MAX_COLUMNS or len(self.pending) >= 256 * MAX_COLUMNS:
+        # the header, read first, at most 256 bytes a column: kept for the first reads
+        longest = 256 * MAX_COLUMNS
+        self.pending = self._counted(raw.readline(min(cap + 1, longest)))
+        if self.pending.count(b",") >= MAX_COLUMNS or len(self.pending) >= longest:
             raise damaged_table(path, f"its header is longer than {MAX_COLUMNS:,} columns")
 
     def _pending(self, size: int) -> bytes:

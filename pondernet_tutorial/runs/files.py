@@ -277,3 +277,22 @@ def plain(value):
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
     return value
+
+
+def check_inside(run_dir: Path, output_dir, what: str = "run folder") -> None:
+    """Refuse a run folder (or a study's, ``what``), or a folder on its way, that is a symbolic link, or
+    that resolves outside ``output_dir``: training and the studies lock, delete and rewrite it."""
+    base = Path(output_dir).expanduser()
+    relative = Path(os.path.relpath(Path(run_dir).expanduser().absolute(), base.absolute()))
+    here = base
+    for part in relative.parts:
+        here = here / part
+        if part == ".." or here.is_symlink():
+            raise FileExistsError(
+                f"the {what} {run_dir} is a symbolic link or lies outside {output_dir} ({here}): "
+                "remove it, or choose another --output-dir."
+            )
+    if base.resolve() not in Path(run_dir).expanduser().resolve().parents:
+        raise FileExistsError(
+            f"the {what} {run_dir} resolves outside {output_dir}: choose another --output-dir."
+        )

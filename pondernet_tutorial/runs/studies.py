@@ -37,7 +37,7 @@ from .config import (
     check_not_shipped,
     identity_differences,
 )
-from .files import folder_lock, write_csv, write_json
+from .files import check_inside, folder_lock, write_csv, write_json
 from .options import method_option_names
 from .processes import Interrupted, check_jobs, command_name, is_rank_zero, stop_on_signals
 
@@ -322,7 +322,7 @@ def run_one(
     from .evaluation import evaluate_halting, evaluate_run, halting_up_to_date, tables_up_to_date
     from .files import FolderLockedError
     from .resume import completed_run, read_metadata
-    from .training import check_inside, train
+    from .training import train
 
     if threads:
         torch.set_num_threads(threads)
@@ -450,8 +450,6 @@ def reproduce(
         check_not_shipped(output_dir, "output_dir")  # the shipped runs are read-only without ship
     root = PRETRAINED_DIR if ship else Path(output_dir)
     chosen = [get_study(name) for name in studies]
-    from .training import check_inside
-
     for study in chosen:  # before any training: the tables are never written through a link
         check_inside(root / "studies" / study.name, root, "study folder")
     start = time.perf_counter()
@@ -529,7 +527,6 @@ def write_study_tables(
 
     from .evaluation import load_run_tables, per_angle
     from .resume import read_metadata
-    from .training import check_inside
 
     out = root / "studies" / study.name
     check_inside(out, root, "study folder")  # written and unlinked in: never through a link

@@ -46,6 +46,7 @@ from .checkpoints import save_weights
 from .config import WEIGHTS, TrainConfig
 from .files import (
     WriteFailedError,
+    check_inside,
     check_unlocked,
     folder_lock,
     is_write_refusal,
@@ -351,25 +352,6 @@ def _log_file(loggers, folder: Path) -> Path:
 
     csv = next((logger for logger in loggers or () if isinstance(logger, CSVLogger)), None)
     return Path(csv.log_dir) / "metrics.csv" if csv is not None else folder
-
-
-def check_inside(run_dir: Path, output_dir, what: str = "run folder") -> None:
-    """Refuse a run folder (or a study's, ``what``), or a folder on its way, that is a symbolic link, or
-    that resolves outside ``output_dir``: training and the studies lock, delete and rewrite it."""
-    base = Path(output_dir).expanduser()
-    relative = Path(os.path.relpath(Path(run_dir).expanduser().absolute(), base.absolute()))
-    here = base
-    for part in relative.parts:
-        here = here / part
-        if part == ".." or here.is_symlink():
-            raise FileExistsError(
-                f"the {what} {run_dir} is a symbolic link or lies outside {output_dir} ({here}): "
-                "remove it, or choose another --output-dir."
-            )
-    if base.resolve() not in Path(run_dir).expanduser().resolve().parents:
-        raise FileExistsError(
-            f"the {what} {run_dir} resolves outside {output_dir}: choose another --output-dir."
-        )
 
 
 def _stopping_reason(stopping, epochs_run: int, max_epochs: int) -> str:

@@ -39,26 +39,30 @@ def nested(depth: int):
     return value
 
 
-def test_1_a_study_folder_that_is_a_link_is_refused_before_any_run(tmp_path, tiny_study):  # noqa: F811
-    """`reproduce` wrote the study's tables, locked and unlinked files through a `studies` link."""
+@pytest.mark.parametrize(
+    "linked, refused",
+    [
+        # 1: reproduce wrote the study's tables, locked and unlinked files through a `studies` link
+        ("studies", "study folder"),
+        # 2: the run's lock and its folder were made through the link before train() refused it
+        ("parity-interpolation", "run folder"),
+    ],
+)
+def test_1_2_a_results_folder_reached_through_a_link_is_refused_before_any_run(
+    tmp_path,
+    tiny_study,  # noqa: F811
+    linked,
+    refused,
+):
     results, victim = tmp_path / "results", tmp_path / "victim"
     results.mkdir()
     victim.mkdir()
-    (results / "studies").symlink_to(victim)
-    with pytest.raises(FileExistsError, match="study folder .* is a symbolic link"):
-        reproduce_tiny(results)
-    assert list(victim.iterdir()) == [] and sorted(p.name for p in results.iterdir()) == ["studies"]
-
-
-def test_2_an_experiment_folder_that_is_a_link_gets_no_lock_or_folder(tmp_path, tiny_study):  # noqa: F811
-    """The run's lock and its folder were made through the link before train() refused it."""
-    results, victim = tmp_path / "results", tmp_path / "victim"
-    results.mkdir()
-    victim.mkdir()
-    (results / "parity-interpolation").symlink_to(victim)
-    with pytest.raises(FileExistsError, match="run folder .* is a symbolic link"):
+    (results / linked).symlink_to(victim)
+    with pytest.raises(FileExistsError, match=f"{refused} .* is a symbolic link"):
         reproduce_tiny(results)
     assert list(victim.iterdir()) == []
+    if linked == "studies":  # refused before any run was trained
+        assert sorted(p.name for p in results.iterdir()) == ["studies"]
 
 
 @pytest.mark.parametrize("path", ["../secret", "/tmp", "a/../../secret"])
