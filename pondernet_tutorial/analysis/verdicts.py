@@ -8,6 +8,7 @@ those tables and names what the notebooks state:
 * :func:`judge`: the verdicts of the stated :class:`Rules`, per configuration of one test set: does it
   solve the set, and if so, do its steps follow the difficulty or keep a fixed depth; and, for the
   set, whether one step is already enough;
+* :func:`seeds_on`: one row per run of a test set, as :func:`judge` reads it;
 * :func:`per_difficulty`: a metric per difficulty (accuracy, steps), mean, lowest and highest over
   seeds;
 * :func:`config_label`, :func:`span`, :func:`describe_verdicts`: a configuration's name, an interval
@@ -45,6 +46,7 @@ ACCURACY_UNDETERMINED = "accuracy undetermined"  # rule 1: does it solve the set
 RHO_UNDETERMINED = "ρ undetermined"  # rule 3: which class of ρ(k, n)?
 VERDICTS = (FOLLOWS, BETWEEN, FIXED, WRONG, UNSOLVED, ACCURACY_UNDETERMINED, RHO_UNDETERMINED)
 ONE_STEP = "one step"  # the family of the one-step networks (rule 2)
+KEYS = ["experiment", "variant", "seed"]  # one run
 
 
 def config_label(config: dict) -> tuple[str, str]:
@@ -154,6 +156,24 @@ def halting_verdict(rho: tuple, spread_high: float, rules: Rules = Rules()) -> s
         return WRONG
 
     return cls(low) if cls(low) == cls(high) else RHO_UNDETERMINED
+
+
+def seeds_on(halting: pd.DataFrame, runs: pd.DataFrame, set_name: str = "test") -> pd.DataFrame:
+    """One row per run (seed) on one test set, as :func:`judge` reads it.
+
+    A seed's ``accuracy`` and ``rho`` are its means over the halting coins' draws (``accuracy_draws``,
+    ``rho_draws``), the draws its interval ``accuracy_low``–``accuracy_high`` is made of, not the one
+    draw of its evaluation.
+
+    Args:
+        halting: halting tables of one or more studies (a run in two studies counts once).
+        runs: the runs to judge, with their ``config`` name and ``family`` (:func:`config_label`);
+            a halting row of any other run is left out.
+        set_name: the test set.
+    """
+    rows = halting[halting["set"] == set_name].drop_duplicates(KEYS)
+    rows = rows.assign(accuracy=rows["accuracy_draws"], rho=rows["rho_draws"])
+    return rows.merge(runs[[*KEYS, "config", "family"]].drop_duplicates(KEYS), on=KEYS)
 
 
 def per_difficulty(

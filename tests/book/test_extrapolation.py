@@ -8,12 +8,11 @@ import pytest
 
 from pondernet_tutorial.analysis import extrapolation as ex
 from pondernet_tutorial.analysis.notebook import load_json
-from pondernet_tutorial.analysis.verdicts import config_label
+from pondernet_tutorial.analysis.verdicts import config_label, seeds_on
 from pondernet_tutorial.runs.config import PRETRAINED_DIR
 from pondernet_tutorial.runs.studies import load_study
 
 STUDY = "parity-paper16-long"
-KEYS = ["experiment", "variant", "seed"]
 BEST = "trained to the limit, ACT's seed 1 extrapolates best, its interval above the learned mark"
 OTHERS = "the other three continued runs end under the learned mark"
 NEITHER = "by the rule neither method extrapolates: neither has every seed above the mark"
@@ -40,16 +39,10 @@ def continued(tables):
 @pytest.fixture
 def interpolation(tables):
     """The interpolation runs as the pages judge them: a seed's accuracy is its mean over the draws."""
-    halting = tables["halting"]
-    halting = halting[halting["experiment"].str.endswith("interpolation")].copy()
-    runs = tables["runs"].set_index(KEYS).loc[list(zip(*(halting[k] for k in KEYS)))].reset_index()
+    runs = tables["runs"][tables["runs"]["experiment"].str.endswith("interpolation")]
     labels = [config_label(load_json(PRETRAINED_DIR, run)["config"]) for _, run in runs.iterrows()]
-    return halting.assign(
-        config=[n for n, _ in labels],
-        family=[f for _, f in labels],
-        accuracy=halting["accuracy_draws"],
-        rho=halting["rho_draws"],
-    )
+    runs = runs.assign(config=[n for n, _ in labels], family=[f for _, f in labels])
+    return seeds_on(tables["halting"], runs)
 
 
 def set_end(continued, method, seed, accuracy):

@@ -11,7 +11,7 @@ import pytest
 from pondernet_tutorial.analysis import paper_claims
 from pondernet_tutorial.analysis.heads import HeadRules, at_limit
 from pondernet_tutorial.analysis.notebook import load_json
-from pondernet_tutorial.analysis.verdicts import FIXED, FOLLOWS, Rules, config_label, judge, span
+from pondernet_tutorial.analysis.verdicts import FIXED, FOLLOWS, Rules, config_label, judge, seeds_on, span
 from pondernet_tutorial.runs.config import PRETRAINED_DIR, TrainConfig
 from pondernet_tutorial.runs.evaluation import COIN_DRAWS
 from pondernet_tutorial.runs.registry import get_experiment
@@ -51,10 +51,7 @@ def per_run(study: str, experiment: str, set_name: str = "test"):
     runs = tables["runs"][tables["runs"]["experiment"] == experiment]
     labels = [config_label(load_json(PRETRAINED_DIR, run)["config"]) for _, run in runs.iterrows()]
     runs = runs.assign(config=[name for name, _ in labels], family=[family for _, family in labels])
-    halting = tables["halting"]
-    halting = halting[(halting["experiment"] == experiment) & (halting["set"] == set_name)]
-    halting = halting.assign(accuracy=halting["accuracy_draws"], rho=halting["rho_draws"])
-    return halting.merge(runs[["experiment", "variant", "seed", "config", "family"]]).sort_values("seed")
+    return seeds_on(tables["halting"], runs, set_name).sort_values("seed")
 
 
 def seeds(runs, family: str) -> list[str]:

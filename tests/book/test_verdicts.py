@@ -10,7 +10,10 @@ Deliberate breaks these tests catch (each was tried):
 - ``halting_verdict`` classifying the interval's middle instead of both its ends (92 failures), or
   ``judge`` deciding "solves" on the mean accuracy instead of its interval (30 failures):
   test_a_figure_moved_within_its_interval_cannot_flip_a_verdict and
-  test_judge_solves_within_the_margin_of_the_best.
+  test_judge_solves_within_the_margin_of_the_best;
+- ``seeds_on`` keeping the evaluation's one draw instead of the mean over the coin draws, reading
+  every test set, counting a run of two studies twice, or keeping a run it was not given:
+  test_seeds_on_reads_each_run_once_over_its_draws.
 """
 
 import numpy as np
@@ -28,6 +31,7 @@ from pondernet_tutorial.analysis.verdicts import (
     WRONG,
     Rules,
     describe_verdicts,
+    seeds_on,
     halting_verdict,
     judge,
     per_difficulty,
@@ -170,3 +174,27 @@ def test_describe_verdicts():
     assert describe_verdicts([]) == "—"
     with pytest.raises(ValueError):
         describe_verdicts(["ponders"])
+
+
+def test_seeds_on_reads_each_run_once_over_its_draws():
+    run = {"experiment": "e", "variant": "v", "seed": 0}
+    other = {"experiment": "e", "variant": "w", "seed": 0}  # a run not judged
+    row = {"accuracy": 0.1, "rho": 0.1, "accuracy_draws": 0.9, "rho_draws": 0.8}
+    halting = pd.DataFrame(
+        [
+            {**run, **row, "set": "test"},
+            {**run, **row, "set": "test"},  # the same run, in a second study's table
+            {**run, **row, "set": "beyond", "accuracy_draws": 0.5},
+            {**other, **row, "set": "test"},
+        ]
+    )
+    runs = pd.DataFrame([{**run, "config": "PonderNet λ_p=0.5", "family": "pondernet", "epochs": 3}])
+    rows = seeds_on(halting, runs)
+    assert len(rows) == 1
+    assert rows.iloc[0][["accuracy", "rho", "config", "family"]].tolist() == [
+        0.9,
+        0.8,
+        "PonderNet λ_p=0.5",
+        "pondernet",
+    ]
+    assert seeds_on(halting, runs, "beyond")["accuracy"].tolist() == [0.5]
