@@ -193,9 +193,10 @@ class RegularizationLoss(nn.Module):
             )
         log_q = self.log_prior.to(log_p.dtype)  # log π_n
         if self.direction == "p_prior":
+            log_p = log_p.clamp(min=torch.finfo(log_p.dtype).min)  # 0 · log 0 = 0 (an infinite z_n)
             kl = log_p.exp() * (log_p - log_q)  # p_n (log p_n − log π_n); 0 where p_n underflows
         else:
-            kl = log_q.exp() * (log_q - log_p)  # π_n (log π_n − log p_n); finite: log p > −inf
+            kl = log_q.exp() * (log_q - log_p)  # π_n (log π_n − log p_n); infinite where p_n = 0
         return kl.sum(0).mean()
 
 

@@ -88,6 +88,24 @@ def test_finite_for_saturated_lambda(direction, value):
     assert torch.isfinite(lam_logits.grad).all() and torch.isfinite(logits.grad).all()
 
 
+@pytest.mark.parametrize("value", [float("inf"), -float("inf")])
+def test_an_infinite_halting_logit_gives_the_paper_kl_its_limit(value):
+    """λ_n = 1 or 0 exactly: p_n = 0 at the steps it rules out, and KL(p ‖ p_G) keeps 0 · log 0 = 0, its
+    value and gradient those of a logit of ±1e30 (not NaN)."""
+    kl = RegularizationLoss(0.2, N)
+    grads = []
+    for z_1 in (value, 1e30 if value > 0 else -1e30):
+        z = torch.zeros(N, B)
+        z[0] = z_1
+        z.requires_grad_(True)
+        out = kl(log_halting_distribution(z))
+        out.backward()
+        grads.append((out.detach(), z.grad))
+    (inf_kl, inf_grad), (limit_kl, limit_grad) = grads
+    assert torch.isfinite(inf_kl) and torch.isfinite(inf_grad).all()
+    assert inf_kl == limit_kl and torch.equal(inf_grad, limit_grad)
+
+
 def test_popular_kldivloss_breaks_when_p_underflows():
     """What the book explains: p.log() of an underflowed float32 p is -inf, and the popular loss is inf."""
     lam = torch.full((B, N), 1 - 1e-30)  # halts at once: later p_n underflow to 0 in float32
