@@ -31,10 +31,10 @@ from pondernet_tutorial.analysis.verdicts import (
     WRONG,
     Rules,
     describe_verdicts,
-    seeds_on,
     halting_verdict,
     judge,
     per_difficulty,
+    seeds_on,
     side,
 )
 
