@@ -5,7 +5,7 @@
 Each page is served from a local HTTP server (127.0.0.1, as the book is served on the web) and loaded
 in Debian's Chromium through Debian's chromedriver (Selenium), offline, with a fresh profile. When the
 page has loaded, its images have loaded or failed and MathJax (if the page loads it) has typeset the
-page, three faults are looked for:
+page, four faults are looked for:
 
 * **raw TeX**: the text of the page, outside code (``pre``, ``code``) and outside typeset math, holds
   a TeX delimiter, ``\\(``, ``\\)``, ``\\[``, ``\\]``, ``$$`` or ``\\begin{``: math that MathJax did not
@@ -22,6 +22,8 @@ page, three faults are looked for:
   1 px wider than the column. The page as a whole must not scroll sideways either. Elements that are
   not rendered (a collapsed toggle, ``display: none``) are not judged, and a typeset formula is
   judged as a whole (its ``mjx-container``), not by MathJax's inner boxes.
+* **cut table cell**: a cell of a table (``td``, ``th``) whose text ends in ``...``: pandas cut it
+  (``display.max_colwidth``), and the reader cannot see the rest.
 
 The window is ``--width`` × ``--height`` CSS pixels (default 1280 × 900, a laptop's window, where the
 book's column is about 700 px wide). Exit status 0 when every page is clean, 1 when any page has a
@@ -110,6 +112,15 @@ function brokenImages(faults) {
   }
 }
 
+function cutCells(faults) {
+  for (const cell of document.querySelectorAll("td, th")) {
+    const text = cell.textContent.trim();
+    if (text.endsWith("...")) {
+      faults.push(`cut table cell: "${text.slice(-60)}" (${describe(cell)})`);
+    }
+  }
+}
+
 function rendered(el) {
   return el.getClientRects().length > 0 && getComputedStyle(el).visibility !== "hidden";
 }
@@ -171,6 +182,7 @@ function tooWide(faults) {
   const faults = [];
   rawTex(faults);
   brokenImages(faults);
+  cutCells(faults);
   const width = tooWide(faults);
   done({faults: faults, column: width});
 })().catch((error) => done({faults: ["the check itself failed in the page: " + error], column: 0}));

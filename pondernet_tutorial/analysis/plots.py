@@ -27,8 +27,10 @@ PANEL_HEIGHT = 2.9  # inches per stacked panel
 
 
 def use_book_style() -> None:
-    """The notebooks' figure style: seaborn's grid, fonts sized for the column, SVG output inline."""
+    """The notebooks' figure style: seaborn's grid, fonts sized for the column, SVG output inline; and
+    tables whose cells are shown whole (pandas cuts a cell at 50 characters by default)."""
     sns.set_theme(context="notebook", style="whitegrid", font_scale=0.85)
+    pd.set_option("display.max_colwidth", None)
     plt.rcParams.update(
         {
             "figure.figsize": (COLUMN_WIDTH, PANEL_HEIGHT),

@@ -1,5 +1,6 @@
 """The Chromium check of the built book (tools/check_rendering.py) passes a clean page and names each
-fault of a broken one: raw TeX, an image that did not load, content wider than the column."""
+fault of a broken one: raw TeX, an image that did not load, content wider than the column, a table
+cell that pandas cut."""
 
 import base64
 import importlib.util
@@ -33,6 +34,7 @@ FAULTY = PAGE.format(
     "<h1>Faulty</h1><p>Unrendered math: \\(x\\) here.</p>"
     '<p><img src="missing.png" alt="missing"></p>'
     '<h2>Wide</h2><table class="wide" style="width:1500px"><tr><td>too wide</td></tr></table>'
+    "<h2>Cut</h2><table><tr><td>to 99.9%, or no gain in 100,000; ≤ 500,000 upd...</td></tr></table>"
 )
 
 
@@ -56,14 +58,15 @@ def test_the_checker_passes_a_clean_page_and_names_each_fault_of_a_broken_one(si
         faults
     )
     assert any(f.startswith("wider than the window: the page scrolls sideways") for f in faults), faults
-    assert len(faults) == 5, faults  # \( and \) of one formula, the image, the table, the page
+    assert any(f.startswith('cut table cell: "to 99.9%') and 'under "Cut"' in f for f in faults), faults
+    assert len(faults) == 6, faults  # \( and \) of one formula, the image, the table, the page, the cell
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_command_line_exits_1_on_a_fault_and_0_on_a_clean_site(site, tmp_path, capsys):
     assert check.main([str(site)]) == 1
     out = capsys.readouterr().out
-    assert "faulty.html: 5 fault(s)" in out and "clean.html: ok" in out
+    assert "faulty.html: 6 fault(s)" in out and "clean.html: ok" in out
     (site / "faulty.html").unlink()
     assert check.main([str(site)]) == 0
     assert check.main([str(tmp_path / "nothing")]) == 2
