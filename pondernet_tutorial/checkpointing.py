@@ -16,6 +16,7 @@ its own folder, may come from anyone:
 
 from __future__ import annotations
 
+import errno
 import re
 import zipfile
 from pathlib import Path
@@ -24,8 +25,10 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from .untrusted import CheckpointError, open_regular
+from .untrusted import CheckpointError, DamagedFileError, open_regular
 
+# errors of a read that say nothing of the file read: the device's or the network file system's
+READ_FAILURES = {errno.EIO, errno.ENOMEM, errno.EAGAIN, errno.EINTR, errno.ETIMEDOUT, errno.ESTALE}
 CHECKPOINT_OVERHEAD = 64 * 2**20  # a checkpoint's counters, callback states and history, besides weights
 
 
@@ -44,11 +47,15 @@ def read_checkpoint_file(path, max_bytes: int) -> dict:
     Raises:
         CheckpointError: one line on why the file cannot be read; never PyTorch's advice to load it
             unsafely.
+        OSError, MemoryError: the machine failed to read it (an I/O error, no permission, no memory),
+            which says nothing of the file: raised as they are, so that no caller takes the file for
+            damaged and deletes it.
     """
     try:
         file = open_regular(path, max_bytes, follow_links=False)
-    except OSError as error:  # DamagedFileError too: not a regular file, or too big
+    except (DamagedFileError, FileNotFoundError) as error:  # not a regular file, too big, or gone
         raise CheckpointError(f"{path} cannot be read ({error.strerror or error}).") from None
+    # any other OSError (an I/O error, no permission) says nothing of the file: it is raised as it is
     with file:
         try:
             if zipfile.is_zipfile(file):  # torch.save's format: its members' sizes, before inflating
@@ -61,9 +68,11 @@ def read_checkpoint_file(path, max_bytes: int) -> dict:
                     )
             file.seek(0)
             checkpoint = torch.load(file, map_location="cpu", weights_only=True)
-        except CheckpointError:
+        except (CheckpointError, MemoryError):  # the allocator's refusal says nothing of the file
             raise
         except Exception as error:  # a pickle that asks for code, a truncated file: the first line only
+            if isinstance(error, OSError) and error.errno in READ_FAILURES:
+                raise  # the device failed to read (a truncated archive fails its seek: EINVAL, not these)
             first = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
             raise CheckpointError(f"{path} is not a weights-only checkpoint ({first})") from None
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):

@@ -419,10 +419,10 @@ def _run(args) -> int:
     except errors as error:  # in the command line's words (--overwrite, not overwrite=True) where they differ
         raise UserError(getattr(error, "command_line", None) or str(error)) from error
     except (MemoryError, RuntimeError) as error:  # the allocator's refusal: one line, no traceback
+        from .files import is_out_of_memory
+
         text = " ".join(str(error).split())
-        if not isinstance(error, MemoryError) and not any(
-            word in text.lower() for word in ("alloc", "out of memory", "not enough memory")
-        ):
+        if not is_out_of_memory(error):
             raise
         raise UserError(
             f"out of memory ({text[:200] or 'MemoryError'}): {OUT_OF_MEMORY[args.command]}."

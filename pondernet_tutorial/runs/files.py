@@ -80,6 +80,22 @@ def is_write_refusal(error: BaseException) -> bool:
     return isinstance(error, OSError) and error.errno in WRITE_ERRNOS
 
 
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is the allocator's refusal: a ``MemoryError``, or a ``RuntimeError`` that says
+    so (CUDA's and MPS's out-of-memory errors, PyTorch's failed allocations)."""
+    text = str(error).lower()
+    return isinstance(error, MemoryError) or (
+        isinstance(error, RuntimeError)
+        and any(word in text for word in ("alloc", "out of memory", "not enough memory"))
+    )
+
+
+def says_nothing_of_files(error: BaseException) -> bool:
+    """Whether ``error`` is the machine's (out of memory, an I/O error, no permission) rather than a
+    verdict on the files being read (:class:`~pondernet_tutorial.untrusted.DamagedFileError`)."""
+    return is_out_of_memory(error) or (isinstance(error, OSError) and not isinstance(error, DamagedFileError))
+
+
 def _temp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}{TEMP_SUFFIX}")
 

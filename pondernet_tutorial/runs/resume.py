@@ -149,6 +149,18 @@ def cannot_continue(run_dir: Path, reason) -> None:
         )
 
 
+def kept_unfinished(run_dir: Path, error: BaseException) -> None:
+    """Say in one line that the unfinished run in ``run_dir`` is kept: restoring it failed for a reason
+    of the machine's (out of memory, an I/O error), which says nothing of its files."""
+    if is_rank_zero():
+        text = " ".join(str(error).split())[:300] or type(error).__name__
+        print(
+            f"note: the unfinished run in {run_dir} is kept as it is; restoring it failed ({text}). "
+            "Rerun the same command once that is fixed: it continues from its last epoch.",
+            file=sys.stderr,
+        )
+
+
 def _check_unfinished_folder(run_dir: Path) -> None:
     """Raise ``CheckpointError`` unless every entry of the folder is one that a run writes: no link that
     leads out of the folder (``logs`` or ``checkpoints`` pointing elsewhere would make Lightning write or
@@ -252,7 +264,7 @@ def resumable(run_dir: Path, identity: dict, datamodule) -> bool:
         return False
     try:
         _check_unfinished_folder(run_dir)  # before resume.json is read
-    except (CheckpointError, OSError) as error:
+    except CheckpointError as error:  # any other error (an I/O error) is raised: the run is kept
         cannot_continue(run_dir, error)
         return False
     recorded = read_json(run_dir / RESUME_FILE)

@@ -50,6 +50,7 @@ from .files import (
     check_unlocked,
     folder_lock,
     is_write_refusal,
+    says_nothing_of_files,
     write_csv,
     write_failed,
     write_json,
@@ -63,6 +64,7 @@ from .resume import (
     RunCheckpointIO,
     cannot_continue,
     completed_run,
+    kept_unfinished,
     last_checkpoint,
     read_history,
     resumable,
@@ -275,6 +277,11 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
                         error, error.filename or _log_file(loggers, run_dir / "logs"), whole=False
                     ) from None
                 if not resume or clock.first_epoch is not None:
+                    raise
+                if says_nothing_of_files(
+                    error
+                ):  # out of memory, an I/O error: the run is kept, not retrained
+                    kept_unfinished(run_dir, error)
                     raise
                 cannot_continue(run_dir, f"Lightning could not restore it: {error}")
                 resume = False

@@ -1,0 +1,56 @@
+"""Round 6 of attacks on the run machinery, each found by a review and confirmed before its fix.
+
+Each test failed on the code before its fix (the break is named in its docstring).
+"""
+
+import errno
+
+import pytest
+import test_resume
+
+import pondernet_tutorial.checkpointing as checkpointing
+from pondernet_tutorial.runs.config import WEIGHTS
+from pondernet_tutorial.runs.processes import Interrupted
+from pondernet_tutorial.runs.training import train
+
+
+@pytest.fixture
+def stopped(tmp_path, monkeypatch):
+    """A tiny parity run stopped at the start of epoch 2: its folder holds last.ckpt of epoch 1."""
+    config = test_resume.tiny(tmp_path)
+    test_resume.stop_at_epoch(monkeypatch, 2, [])
+    with pytest.raises(Interrupted):
+        train(config)
+    monkeypatch.undo()
+    return config
+
+
+@pytest.mark.parametrize(
+    "failure", [OSError(errno.EIO, "Input/output error"), MemoryError()], ids=["io-error", "out-of-memory"]
+)
+def test_a_failure_of_the_machine_while_resuming_keeps_the_unfinished_run(
+    stopped, monkeypatch, capsys, failure
+):
+    """An I/O error or the allocator's refusal while last.ckpt is read says nothing of the run: it is
+    raised, the folder is kept, and the next call continues from the last epoch. (Before, every error
+    of the restore made train() delete the folder and train from epoch 0: hours of a long run lost to
+    one hiccup of a network file system.)"""
+    real_open, real_load = checkpointing.open_regular, checkpointing.torch.load
+
+    def fail(*args, **kwargs):
+        raise failure
+
+    if isinstance(failure, OSError):
+        monkeypatch.setattr(checkpointing, "open_regular", fail)
+    else:
+        monkeypatch.setattr(checkpointing.torch, "load", fail)
+    with pytest.raises(type(failure)):
+        train(stopped)
+    assert "is kept as it is" in capsys.readouterr().err
+    assert (stopped.run_dir / "checkpoints" / "last.ckpt").is_file()
+    monkeypatch.setattr(checkpointing, "open_regular", real_open)
+    monkeypatch.setattr(checkpointing.torch, "load", real_load)
+    started = []
+    test_resume.stop_at_epoch(monkeypatch, -1, started)
+    _, metadata = train(stopped)
+    assert started == [2, 3] and metadata["resumed"] and (stopped.run_dir / WEIGHTS).is_file()
