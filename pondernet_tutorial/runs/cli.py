@@ -321,6 +321,8 @@ def _interrupted_line(args, error) -> str:
     elif args.command == "reproduce":
         kept = f"the runs finished so far are kept in {args.output_dir if not args.ship else 'pretrained/'}"
         rerun = "rerun the same command to train the rest (unfinished parity and pointer runs continue) and write the study tables"
+        if args.overwrite:  # a finished run is trained again under --overwrite, whenever it finished
+            rerun += "; with --overwrite it also trains again the runs this command has already finished"
     else:
         kept, rerun = "nothing was written", "rerun the command"
     return f"{stop}: {kept}; {rerun}."

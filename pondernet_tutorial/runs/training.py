@@ -197,7 +197,8 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
 
     Args:
         config: the run (:class:`~.config.TrainConfig`; its ``run_dir`` is the folder).
-        overwrite: train a finished run again, in place of the one there.
+        overwrite: train a finished run again, in place of the one there (an unfinished run of this
+            configuration still continues: rerunning an interrupted ``overwrite`` loses no epoch).
         wait: wait for another process that trains into the folder, instead of refusing.
 
     Returns:
@@ -238,7 +239,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
             if completed_run(run_dir, identity, module.hparams) is not None:
                 raise RunExistsError(run_dir, "already holds this trained run")
         # every rank of a DDP run decides alike: they all read the same last checkpoint, or none
-        resume = not overwrite and resumable(run_dir, identity, datamodule)
+        resume = resumable(run_dir, identity, datamodule)  # never a finished run: its model file is there
         start = time.perf_counter()
         while True:
             if is_rank_zero():

@@ -54,3 +54,17 @@ def test_a_failure_of_the_machine_while_resuming_keeps_the_unfinished_run(
     test_resume.stop_at_epoch(monkeypatch, -1, started)
     _, metadata = train(stopped)
     assert started == [2, 3] and metadata["resumed"] and (stopped.run_dir / WEIGHTS).is_file()
+
+
+def test_an_interrupted_overwrite_continues_when_run_again(stopped, monkeypatch):
+    """``overwrite`` trains a finished run again, but an unfinished run of the same configuration
+    continues: an overwrite stopped part-way and run again (the command line's advice, 'rerun the same
+    command') loses no epoch. (Before, the second call deleted the unfinished run and trained from
+    epoch 0.) A finished run is still trained again from epoch 0."""
+    started = []
+    test_resume.stop_at_epoch(monkeypatch, -1, started)
+    _, metadata = train(stopped, overwrite=True)
+    assert started == [2, 3] and metadata["resumed"]
+    started.clear()
+    _, metadata = train(stopped, overwrite=True)
+    assert started == [0, 1, 2, 3] and not metadata["resumed"]
