@@ -67,7 +67,8 @@ class RunCheckpointIO(CheckedCheckpointIO):
 
     def load_checkpoint(self, path, map_location=None, weights_only=True) -> dict:
         checkpoint = read_checkpoint(path, self.run_dir / "checkpoints")
-        check_last_checkpoint(checkpoint, self.run_dir, self.module, self.datamodule)
+        history = check_last_checkpoint(checkpoint, self.run_dir, self.module, self.datamodule)
+        replay_plateau_step(checkpoint, history[checkpoint["epoch"]])
         return checkpoint
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
@@ -75,6 +76,33 @@ class RunCheckpointIO(CheckedCheckpointIO):
             raise TypeError(f"{type(self).__name__}.save_checkpoint takes no storage_options.")
         with atomic_file(path, "wb") as handle:
             torch.save(checkpoint, handle)
+
+
+def replay_plateau_step(checkpoint: dict, last: dict) -> None:
+    """Give a ``last.ckpt`` the plateau schedule's step of its own epoch, which it lacks.
+
+    Lightning saves ``last.ckpt`` in ``on_train_epoch_end`` and steps a ``ReduceLROnPlateau`` only
+    after that hook, so the checkpoint of epoch E holds the schedule (and the learning rate) from
+    before E's step; restored as it is, a resumed run would skip that step and keep a higher rate than
+    the same run trained in one go. A schedule that has taken E steps (``last_epoch == E``: epochs 0
+    to E−1) is stepped here once more with epoch E's ``val/acc`` (``last``, its row of the history),
+    on a stand-in optimiser with the saved rates; one that has taken E + 1 (the fast path steps it
+    before the save) is left as it is."""
+    schedules, optimizers = checkpoint.get("lr_schedulers") or [], checkpoint.get("optimizer_states") or []
+    metric = last.get("val/acc")
+    for schedule, optimizer in zip(schedules, optimizers):
+        if not isinstance(schedule, dict) or "num_bad_epochs" not in schedule:  # not a plateau schedule
+            continue
+        if schedule.get("last_epoch") != checkpoint["epoch"] or metric is None or metric != metric:
+            continue
+        groups = optimizer["param_groups"]
+        stand_in = torch.optim.SGD([{"params": [torch.zeros(1)], "lr": float(g["lr"])} for g in groups])
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(stand_in)
+        plateau.load_state_dict(schedule)
+        plateau.step(float(metric))
+        schedule.update(plateau.state_dict())
+        for group, stepped in zip(groups, stand_in.param_groups):
+            group["lr"] = stepped["lr"]
 
 
 # the identity of the run being trained in a folder, until its model file is written
@@ -215,12 +243,13 @@ def _check_entries(run_dir: Path) -> None:
             raise CheckpointError(f"it holds more than {MAX_ENTRIES:,} files")
 
 
-def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -> None:
+def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -> list[dict]:
     """Raise ``CheckpointError`` unless the run's ``last.ckpt`` (read) is this very run's: with the
     hyperparameters of the module and of the data module that this configuration builds, a history
     that holds its epochs, and optimizer states of the module's shapes. These are what Lightning would
     restore without a word; what fails in its restore (weights of other shapes, a damaged generator
-    state or history) is one line in :func:`train`, which then trains the run again."""
+    state or history) is one line in :func:`train`, which then trains the run again. Returns the
+    run's history (:func:`read_history`), which holds the checkpoint's epochs."""
     for what, saved, expected in (
         ("model", checkpoint.get("hyper_parameters"), module.hparams),
         ("data", checkpoint.get("datamodule_hyper_parameters"), datamodule.hparams),
@@ -230,8 +259,10 @@ def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -
             raise CheckpointError(f"its {what} hyperparameters are not this configuration's: {differences}")
     epochs = checkpoint.get("epoch")
     history = read_history(run_dir / "logs")
-    if not isinstance(epochs, int) or [row["epoch"] for row in history[: epochs + 1]] != list(
-        range(epochs + 1)
+    if (  # the bound first: a forged epoch of 10^9 must not build a list of 10^9 numbers
+        not isinstance(epochs, int)
+        or not 0 <= epochs < len(history)
+        or [row["epoch"] for row in history[: epochs + 1]] != list(range(epochs + 1))
     ):
         raise CheckpointError(f"its history does not hold epochs 0 to {epochs}, which its last.ckpt trained")
     if any(row.keys() != history[0].keys() for row in history[: epochs + 1]):
@@ -249,6 +280,7 @@ def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -
             for i, values in state.items()
         ):
             raise CheckpointError("its optimizer state is not of this model's shapes")
+    return history
 
 
 def resumable(run_dir: Path, identity: dict, datamodule) -> bool:

@@ -4,14 +4,20 @@ Each test failed on the code before its fix (the break is named in its docstring
 """
 
 import errno
+import tracemalloc
 
+import pandas as pd
 import pytest
 import test_resume
+import torch
 
 import pondernet_tutorial.checkpointing as checkpointing
+from pondernet_tutorial.runs.build import make_datamodule, make_module
 from pondernet_tutorial.runs.config import WEIGHTS
 from pondernet_tutorial.runs.processes import Interrupted
+from pondernet_tutorial.runs.resume import check_last_checkpoint
 from pondernet_tutorial.runs.training import train
+from pondernet_tutorial.untrusted import CheckpointError
 
 
 @pytest.fixture
@@ -68,3 +74,40 @@ def test_an_interrupted_overwrite_continues_when_run_again(stopped, monkeypatch)
     started.clear()
     _, metadata = train(stopped, overwrite=True)
     assert started == [0, 1, 2, 3] and not metadata["resumed"]
+
+
+def test_a_resumed_plateau_schedule_takes_the_step_of_its_last_epoch(tmp_path, monkeypatch):
+    """Lightning saves last.ckpt before it steps a plateau schedule, so a run resumed from epoch 1's
+    checkpoint lacked that epoch's step: its learning rate by epoch was 1e-3, 1e-3, 1e-3, 5e-4 where the
+    run trained in one go had 1e-3, 1e-3, 5e-4, 2.5e-4. The restore now replays the step (before: the
+    rates differed from epoch 2 on)."""
+    plateau = {"lr_schedule": "plateau", "lr_patience": 0, "lr_factor": 0.5}
+    train(test_resume.tiny(tmp_path / "whole", **plateau))
+    config = test_resume.tiny(tmp_path / "parts", **plateau)
+    test_resume.stop_at_epoch(monkeypatch, 2, [])
+    with pytest.raises(Interrupted):
+        train(config)
+    monkeypatch.undo()
+    train(config)
+    rates = [
+        pd.read_csv(c.run_dir / "history.csv")["lr"].tolist()
+        for c in (test_resume.tiny(tmp_path / "whole", **plateau), config)
+    ]
+    assert rates[0] == rates[1] and rates[0][-1] < rates[0][0]  # the schedule did cut the rate
+
+
+def test_a_forged_epoch_count_is_refused_before_it_sizes_anything(stopped):
+    """last.ckpt's epoch is data: an epoch of 2·10^7 built a list of that many numbers (about 1 GB,
+    seconds) before the check refused it; at 10^9 the kernel kills the process. Now the epoch is first
+    compared with the history's length. (Before: a peak of about 0.8 GB here.)"""
+    checkpoint = torch.load(stopped.run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    module, datamodule = make_module(stopped), make_datamodule(stopped)
+    checkpoint["epoch"] = 2 * 10**7
+    tracemalloc.start()
+    try:
+        with pytest.raises(CheckpointError, match="history does not hold"):
+            check_last_checkpoint(checkpoint, stopped.run_dir, module, datamodule)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50 * 2**20
