@@ -19,7 +19,7 @@ import lightning as L
 import torch
 
 from ..checkpointing import CheckedCheckpointIO, read_checkpoint_file
-from ..untrusted import CheckpointError, read_json, read_table
+from ..untrusted import MAX_TABLE_BYTES, CheckpointError, read_json, read_table
 from .checkpoints import read_header
 from .config import WEIGHTS, check_same_identity, identity_differences
 from .files import atomic_file, plain
@@ -125,7 +125,9 @@ def read_history(logs: Path) -> list[dict]:
     metric), from the ``metrics.csv`` that Lightning's csv logger writes in ``logs/version_<n>/``, one
     folder per process that trained the run (a resumed run has several). Each epoch is taken from the
     last process that logged it: a process killed mid-epoch logged part of an epoch that the next one
-    trained again. Every file is read bounded and must hold numbers.
+    trained again. Every file is read bounded and must hold numbers, the files together at most
+    :data:`~pondernet_tutorial.untrusted.MAX_TABLE_BYTES`; a sitting or metrics file that is a link
+    (Lightning makes neither) is not read, so no file is read twice.
 
     Raises:
         CheckpointError: a metrics file is not a table of numbers by epoch.
@@ -139,11 +141,14 @@ def read_history(logs: Path) -> list[dict]:
         # any number of digits (a name holds at most 255): Lightning's next sitting after version_9999999999
         # is version_10000000000, and a sitting left unread would lose its epochs
         if (match := re.fullmatch(r"version_(\d+)", path.name))
+        and not path.is_symlink()  # Lightning makes a folder per sitting: a link would read one twice
     )
+    sittings = [path for _, path in sittings if path.is_file() and not path.is_symlink()]
+    # a table's bound holds for the whole history, not for each sitting: checked before any read
+    if sum(path.stat().st_size for path in sittings) > MAX_TABLE_BYTES:
+        raise CheckpointError(f"its history logs hold more than {MAX_TABLE_BYTES:,} bytes")
     rows: dict[int, dict] = {}
-    for _, path in sittings:
-        if not path.exists():
-            continue
+    for path in sittings:
         table = read_table(path, float_precision="round_trip")
         metrics = sorted(c for c in table.columns if str(c).startswith(("train/", "val/")))
         columns = [c for c in ("epoch", *CLOCK) if c in table] + metrics

@@ -12,6 +12,7 @@ import test_resume
 import torch
 
 import pondernet_tutorial.checkpointing as checkpointing
+from pondernet_tutorial.runs import resume
 from pondernet_tutorial.runs.build import make_datamodule, make_module
 from pondernet_tutorial.runs.config import WEIGHTS
 from pondernet_tutorial.runs.processes import Interrupted
@@ -111,3 +112,27 @@ def test_a_forged_epoch_count_is_refused_before_it_sizes_anything(stopped):
     finally:
         tracemalloc.stop()
     assert peak < 50 * 2**20
+
+
+def test_a_history_reads_each_sitting_once_and_within_one_bound(stopped, monkeypatch):
+    """Links named like sittings (logs/version_1 ... pointing at version_0, allowed in logs since they
+    stay inside the run) made read_history parse the same file once per link: a review's 9,990 links
+    to a 50 MB file kept a resume reading for over 35 minutes. Links are not read now, and the files
+    together are bounded, not each alone. (Before: the file was read once per link, and two 200 MB
+    files were read whole.)"""
+    logs = stopped.run_dir / "logs"
+    for n in range(1, 4):
+        (logs / f"version_{n}").symlink_to(logs / "version_0", target_is_directory=True)
+    calls = []
+    real = resume.read_table
+    monkeypatch.setattr(resume, "read_table", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    assert [row["epoch"] for row in resume.read_history(logs)] == [0, 1]
+    assert len(calls) == 1
+    for n in range(1, 4):
+        (logs / f"version_{n}").unlink()
+    for n in (7, 8):  # two sparse files, each within a table's bound, together over it
+        (logs / f"version_{n}").mkdir()
+        with open(logs / f"version_{n}" / "metrics.csv", "wb") as file:
+            file.truncate(200 * 2**20)
+    with pytest.raises(CheckpointError, match="history logs hold more than"):
+        resume.read_history(logs)
