@@ -136,12 +136,14 @@ def read_table(
     cap: int = MAX_TABLE_BYTES,
     numeric: tuple[str, ...] = (),
     follow_links: bool = True,
+    required: tuple[str, ...] = (),
     **read_csv_options,
 ):
     """A CSV table (gzip-compressed when ``path`` ends with ``.gz``) as a pandas ``DataFrame``, read only
     if it is a regular file of at most ``cap`` bytes, compressed and uncompressed, of text (no NUL byte)
     with at least one column; ``numeric``: the columns that must hold numbers where the table has them;
-    ``follow_links=False``: a table in a results folder, which a link must not lead out of.
+    ``required``: the columns it must have; ``follow_links=False``: a table in a results folder, which
+    a link must not lead out of.
 
     Raises:
         FileNotFoundError: no such file.
@@ -163,6 +165,11 @@ def read_table(
             # a UnicodeDecodeError and an empty file's EmptyDataError are ValueErrors; a damaged deflate
             # stream is a zlib.error, a damaged gzip header a BadGzipFile (an OSError)
             raise damaged_table(path, " ".join(str(error).split())[:200]) from None
+    missing = [column for column in required if column not in table]
+    if missing:
+        raise damaged_table(
+            path, f"it lacks the column{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
+        )
     for column in numeric:
         if column in table and not pd.api.types.is_numeric_dtype(table[column]):
             text = next((v for v in table[column] if isinstance(v, str)), None)

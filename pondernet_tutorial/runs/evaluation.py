@@ -12,7 +12,6 @@ Tasks with a difficulty also get ``halting.csv`` (:func:`halting_table`), TRM's 
 
 from __future__ import annotations
 
-import functools
 import math
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import torch
 
 from ..data.base import EvalSet
 from ..methods.base import expected_steps, per_sample_loss
-from ..untrusted import read_json, read_table
+from ..untrusted import damaged_table, read_json, read_table
 from .config import WEIGHTS, TrainConfig, identity_differences
 from .files import folder_lock, write_csv, write_json
 from .processes import command_name
@@ -32,6 +31,15 @@ RUN_TABLES = ("summary.csv", "per_step.csv", "per_class.csv")
 # the columns of the run tables that hold numbers (the studies compute with them): a table read back with
 # text in one is damaged, one line, not a traceback where it is used
 NUMERIC_COLUMNS = tuple("degrees k step label prediction accuracy halt_step expected_steps n".split())
+# the columns a study reads from every run's tables (a table without one is damaged, one line); MNIST's
+# summaries add the rotation's mode and degrees, the tasks with a difficulty its per-sample k
+REQUIRED_COLUMNS = {
+    "summary": ("set", "accuracy", "halt_step", "expected_steps", "n"),
+    "per_step": ("set", "step", "accuracy"),
+    "per_class": ("set", "label", "accuracy", "halt_step", "expected_steps", "n"),
+    "halting": ("set", "accuracy", "accuracy_draws", "rho", "rho_draws", "spread", "steps", "difficulty"),
+    "per_sample": ("set", "label", "prediction", "halt_step", "expected_steps"),
+}
 HALTING_FORMAT = "pondernet_tutorial/halting-v1"
 DIFFICULTY = "k"  # the per-sample difficulty of the tasks that have one (parity, pointer chasing)
 COIN_DRAWS = 20  # fresh halting-coin draws behind the coin interval of a sampled halting step
@@ -559,7 +567,11 @@ def evaluate_halting(
             )
         datamodule, record = _datamodule_and_record(config, limit, seed, None)
         module = module if module is not None else load_model(run_dir / WEIGHTS, config=config)
-        per_sample = read_table(run_dir / "per_sample.csv.gz", numeric=NUMERIC_COLUMNS)
+        per_sample = read_table(
+            run_dir / "per_sample.csv.gz",
+            numeric=NUMERIC_COLUMNS,
+            required=(*REQUIRED_COLUMNS["per_sample"], DIFFICULTY),
+        )
         table = halting_table(module, datamodule.evaluation_sets(), per_sample)
         (run_dir / "halting.json").unlink(missing_ok=True)
         write_csv(run_dir / "halting.csv", table, index=False, float_format="%.6g")
@@ -583,10 +595,18 @@ def range_scores(module, sets: dict[str, EvalSet], seed: int = 0) -> dict:
 def load_run_tables(run_dir: str | Path, per_sample: bool = False) -> dict[str, pd.DataFrame]:
     """A run's evaluation tables (and its per-sample table, where it was kept)."""
     run_dir = Path(run_dir)
-    read = functools.partial(read_table, numeric=NUMERIC_COLUMNS, follow_links=False)  # none out of the run
-    tables = {t.removesuffix(".csv"): read(run_dir / t) for t in RUN_TABLES}
+
+    def read(name, file):
+        table = read_table(
+            run_dir / file, numeric=NUMERIC_COLUMNS, follow_links=False, required=REQUIRED_COLUMNS[name]
+        )  # none out of the run
+        if name == "summary" and "degrees" in table and "mode" not in table:  # MNIST's rotations
+            raise damaged_table(run_dir / file, "it has degrees without their mode")
+        return table
+
+    tables = {t.removesuffix(".csv"): read(t.removesuffix(".csv"), t) for t in RUN_TABLES}
     if (run_dir / "halting.csv").is_file():
-        tables["halting"] = read(run_dir / "halting.csv")
+        tables["halting"] = read("halting", "halting.csv")
     if per_sample and (run_dir / "per_sample.csv.gz").exists():
-        tables["per_sample"] = read(run_dir / "per_sample.csv.gz")
+        tables["per_sample"] = read("per_sample", "per_sample.csv.gz")
     return tables

@@ -536,7 +536,9 @@ def write_study_tables(
         columns = _run_columns(config, root)
         meta = read_metadata(config.run_dir) or {}
         recorded = {name: meta.get(name) for name in RUN_FACTS}
-        runs.append({**columns, **recorded, "threads": (meta.get("hardware") or {}).get("torch_threads")})
+        hardware = meta.get("hardware")  # data: a dict where this package wrote it
+        threads = hardware.get("torch_threads") if isinstance(hardware, dict) else None
+        runs.append({**columns, **recorded, "threads": threads})
         for name, table in load_run_tables(config.run_dir).items():
             collected[name].append(table.assign(**columns))
     tables = {"runs": pd.DataFrame(runs)}

@@ -4,21 +4,26 @@ Each test failed on the code before its fix (the break is named in its docstring
 """
 
 import errno
+import gzip
 import tracemalloc
 
 import pandas as pd
 import pytest
+import test_faults
 import test_resume
 import torch
+from test_faults import tiny_study  # noqa: F401 (a fixture, used by name)
 
 import pondernet_tutorial.checkpointing as checkpointing
 from pondernet_tutorial.runs import resume
 from pondernet_tutorial.runs.build import make_datamodule, make_module
 from pondernet_tutorial.runs.config import WEIGHTS
+from pondernet_tutorial.runs.evaluation import load_run_tables
+from pondernet_tutorial.runs.files import write_json
 from pondernet_tutorial.runs.processes import Interrupted
 from pondernet_tutorial.runs.resume import check_last_checkpoint
 from pondernet_tutorial.runs.training import train
-from pondernet_tutorial.untrusted import CheckpointError
+from pondernet_tutorial.untrusted import CheckpointError, DamagedFileError, read_json
 
 
 @pytest.fixture
@@ -136,3 +141,33 @@ def test_a_history_reads_each_sitting_once_and_within_one_bound(stopped, monkeyp
             file.truncate(200 * 2**20)
     with pytest.raises(CheckpointError, match="history logs hold more than"):
         resume.read_history(logs)
+
+
+@pytest.mark.usefixtures("tiny_study")
+def test_a_run_table_without_the_columns_a_study_reads_is_one_line(tmp_path):
+    """A study read every run's tables and used their columns: a summary.csv of 'degrees' alone ended
+    in KeyError 'mode' (per_angle), a per-sample table without k in KeyError 'k', a metadata.json whose
+    hardware is a string in AttributeError, each a traceback. Now the tables' columns are checked as
+    they are read, one line that says to evaluate again, and the hardware record is read as data."""
+    test_faults.reproduce_tiny(tmp_path)
+    run_dir = next(tmp_path.glob("parity-interpolation/*/seed0"))
+    metadata = read_json(run_dir / "metadata.json")
+    write_json(run_dir / "metadata.json", {**metadata, "hardware": "cpu"})
+    test_faults.reproduce_tiny(tmp_path)  # (before: AttributeError)
+    summary = (run_dir / "summary.csv").read_text()
+    for text, missing in (
+        ("degrees\n1\n", "lacks the columns set, accuracy"),
+        ("x\n1\n", "lacks the columns"),
+    ):
+        (run_dir / "summary.csv").write_text(text)
+        with pytest.raises(DamagedFileError, match=missing):
+            load_run_tables(run_dir)
+    (run_dir / "summary.csv").write_text(summary)
+    pd.read_csv(run_dir / "summary.csv").assign(degrees=0).to_csv(run_dir / "summary.csv", index=False)
+    with pytest.raises(DamagedFileError, match="degrees without their mode"):
+        load_run_tables(run_dir)
+    (run_dir / "summary.csv").write_text(summary)
+    with gzip.open(run_dir / "per_sample.csv.gz", "wt") as file:
+        file.write("a\n1\n")
+    with pytest.raises(DamagedFileError, match="lacks the columns set, label"):
+        load_run_tables(run_dir, per_sample=True)

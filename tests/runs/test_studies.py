@@ -5,6 +5,7 @@ import json
 import pytest
 
 from pondernet_tutorial.runs.config import WEIGHTS
+from pondernet_tutorial.runs.evaluation import REQUIRED_COLUMNS, RUN_TABLES
 from pondernet_tutorial.runs.studies import STUDIES, get_study, prune_for_shipping
 
 
@@ -85,13 +86,9 @@ def _fake_run(config, *args):
     (config.run_dir / "metadata.json").write_text(
         json.dumps({"identity": config.identity(), "epochs_run": 1})
     )
-    tables = {
-        "summary.csv": "set,accuracy\ntest,1\n",
-        "per_step.csv": "set,step,accuracy\ntest,1,1\n",
-        "per_class.csv": "set,label\ntest,1\n",
-    }
-    for name, text in tables.items():
-        (config.run_dir / name).write_text(text)
+    for table in RUN_TABLES:  # the columns a study reads, one row of ones
+        columns = REQUIRED_COLUMNS[table.removesuffix(".csv")]
+        (config.run_dir / table).write_text(",".join(columns) + "\ntest" + ",1" * (len(columns) - 1) + "\n")
     return {"run_dir": str(config.run_dir), "seconds": 1.0}
 
 
