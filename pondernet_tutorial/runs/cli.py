@@ -8,6 +8,7 @@ neither PyTorch nor Lightning.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from dataclasses import fields
@@ -293,6 +294,14 @@ def main(argv=None) -> int:
     except OSError as error:  # a full disk, no permission: one line naming the file and the free space
         from .files import WriteFailedError, is_write_refusal, write_failed
 
+        if (
+            error.errno == errno.ENAMETOOLONG
+        ):  # a path the user gave, with a name over the file system's limit
+            print(
+                f"error: {error.filename}: a name in this path is too long; choose a shorter one.",
+                file=sys.stderr,
+            )
+            return 2
         if not is_write_refusal(error):
             raise
         if isinstance(error, WriteFailedError):

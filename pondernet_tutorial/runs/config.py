@@ -32,6 +32,7 @@ from .options import (
     EPOCHS_REASON,
     MAX_BATCH,
     MAX_EPOCHS,
+    MAX_TRAIN_SUBSET,
     Option,
     Parameter,
     above,
@@ -247,7 +248,7 @@ class TrainConfig:
         int,
         None,
         "training samples per epoch (MNIST: the first N images; quick runs only, never shipped)",
-        check=at_least(1),
+        check=in_range(1, MAX_TRAIN_SUBSET, "samples per epoch, indexed with 32-bit integers"),
         optional=True,
     )
     quick: bool = setting(

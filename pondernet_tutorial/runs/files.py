@@ -296,8 +296,9 @@ def plain(value):
 
 
 def check_inside(run_dir: Path, output_dir, what: str = "run folder") -> None:
-    """Refuse a run folder (or a study's, ``what``), or a folder on its way, that is a symbolic link, or
-    that resolves outside ``output_dir``: training and the studies lock, delete and rewrite it."""
+    """Refuse a run folder (or a study's, ``what``), or a folder on its way, that is a symbolic link, a
+    file, or that resolves outside ``output_dir``: training and the studies lock, delete and rewrite
+    it."""
     base = Path(output_dir).expanduser()
     relative = Path(os.path.relpath(Path(run_dir).expanduser().absolute(), base.absolute()))
     here = base
@@ -307,6 +308,11 @@ def check_inside(run_dir: Path, output_dir, what: str = "run folder") -> None:
             raise FileExistsError(
                 f"the {what} {run_dir} is a symbolic link or lies outside {output_dir} ({here}): "
                 "remove it, or choose another --output-dir."
+            )
+        if here.exists() and not here.is_dir():
+            raise FileExistsError(
+                f"the {what} {run_dir} needs a folder where the file {here} is: move the file away, "
+                "or choose another --output-dir."
             )
     if base.resolve() not in Path(run_dir).expanduser().resolve().parents:
         raise FileExistsError(

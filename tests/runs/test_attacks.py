@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import test_faults
+from stand_in_tables import write_run_tables
 from test_faults import TINY_ARGS, gadget_checkpoint, leftovers, tiny
 
 from pondernet_tutorial.runs import checkpoints, cli, studies, training
@@ -509,13 +510,12 @@ def test_a_checkpoint_that_is_not_a_regular_file_is_one_line_at_once(tmp_path, h
 @pytest.mark.parametrize("name", ["per_sample.csv.gz", "summary.csv"])
 def test_a_run_table_that_is_not_a_regular_file_is_one_line_at_once(tmp_path, how, name):
     from pondernet_tutorial.analysis.notebook import load_table
-    from pondernet_tutorial.runs.evaluation import RUN_TABLES, load_run_tables
+    from pondernet_tutorial.runs.evaluation import load_run_tables
     from pondernet_tutorial.untrusted import DamagedFileError
 
     run = tmp_path / "exp" / "variant" / "seed0"
     run.mkdir(parents=True)
-    for table in RUN_TABLES:
-        (run / table).write_text("a,b\n1,2\n")
+    write_run_tables(run)
     make_unreadable(run / name, how)
     error = finishes_within(10, load_run_tables, run, True)
     assert isinstance(error, DamagedFileError) and "\n" not in str(error) and name in str(error)

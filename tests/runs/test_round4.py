@@ -26,6 +26,7 @@ import pytest
 import test_faults
 import tiny_parity
 import torch
+from stand_in_tables import write_run_tables
 from test_untrusted_runs import stopped_run, time_limit
 
 from pondernet_tutorial import untrusted
@@ -34,7 +35,7 @@ from pondernet_tutorial.fitting import MAX_EPOCHS, fit
 from pondernet_tutorial.runs import cli, studies
 from pondernet_tutorial.runs.checkpoints import load_model, load_pretrained, save_weights
 from pondernet_tutorial.runs.config import WEIGHTS
-from pondernet_tutorial.runs.evaluation import REQUIRED_COLUMNS, RUN_TABLES, load_run_tables
+from pondernet_tutorial.runs.evaluation import load_run_tables
 from pondernet_tutorial.runs.files import write_json
 from pondernet_tutorial.runs.training import train
 from pondernet_tutorial.untrusted import CheckpointError, DamagedFileError
@@ -216,11 +217,7 @@ def test_6_a_model_header_whose_options_are_a_list_is_one_line(tmp_path, name, c
 
 def test_6_a_corrupt_per_sample_table_is_damaged_in_one_line(tmp_path):
     """A damaged deflate stream raises zlib.error, which is neither an OSError nor a ValueError."""
-    for table in RUN_TABLES:  # whole tables, with the columns a study reads (REQUIRED_COLUMNS)
-        columns = REQUIRED_COLUMNS[table.removesuffix(".csv")]
-        (tmp_path / table).write_text(
-            ",".join(columns) + "\n" + ",".join(["test"] + ["1"] * (len(columns) - 1)) + "\n"
-        )
+    write_run_tables(tmp_path)
     packed = gzip.compress(b"set,label,prediction\n" + b"test,0,1\n" * 10_000)
     flipped = packed[:20] + bytes(b ^ 0xFF for b in packed[20:60]) + packed[60:]
     (tmp_path / "per_sample.csv.gz").write_bytes(flipped)

@@ -15,7 +15,7 @@ import torch
 from test_faults import tiny_study  # noqa: F401 (a fixture, used by name)
 
 import pondernet_tutorial.checkpointing as checkpointing
-from pondernet_tutorial.runs import resume
+from pondernet_tutorial.runs import cli, resume
 from pondernet_tutorial.runs.build import make_datamodule, make_module
 from pondernet_tutorial.runs.config import WEIGHTS
 from pondernet_tutorial.runs.evaluation import load_run_tables
@@ -171,3 +171,34 @@ def test_a_run_table_without_the_columns_a_study_reads_is_one_line(tmp_path):
         file.write("a\n1\n")
     with pytest.raises(DamagedFileError, match="lacks the columns set, label"):
         load_run_tables(run_dir, per_sample=True)
+
+
+@pytest.mark.parametrize("case", ["file-on-the-way", "name-too-long", "huge-train-subset"])
+def test_a_path_or_size_the_file_system_cannot_take_is_one_line(tmp_path, capsys, case):
+    """Three command lines that ended in a traceback and exit status 1: a file where the experiment's
+    folder goes (NotADirectoryError from mkdir), a folder name over 255 bytes (ENAMETOOLONG from
+    Path.exists), and a --train-subset of 10^23 (an OverflowError in the data loader, after the run
+    folder was made). Each is now one line, status 2, and no folder is made."""
+    output = tmp_path
+    options = []
+    if case == "file-on-the-way":
+        (tmp_path / "parity-interpolation").write_text("")
+    elif case == "name-too-long":
+        output = tmp_path / ("a" * 300)
+    else:
+        options = ["--train-subset", str(10**23)]
+    code = cli.main(
+        [
+            "train",
+            "--experiment",
+            "parity-interpolation",
+            "--epochs",
+            "1",
+            "--output-dir",
+            str(output),
+            *options,
+        ]
+    )
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(errors) == 1 and errors[0].startswith("error: "), errors
+    assert not any(path.is_dir() for path in tmp_path.iterdir())

@@ -3,9 +3,9 @@
 import json
 
 import pytest
+from stand_in_tables import write_run_tables
 
 from pondernet_tutorial.runs.config import WEIGHTS
-from pondernet_tutorial.runs.evaluation import REQUIRED_COLUMNS, RUN_TABLES
 from pondernet_tutorial.runs.studies import STUDIES, get_study, prune_for_shipping
 
 
@@ -86,9 +86,7 @@ def _fake_run(config, *args):
     (config.run_dir / "metadata.json").write_text(
         json.dumps({"identity": config.identity(), "epochs_run": 1})
     )
-    for table in RUN_TABLES:  # the columns a study reads, one row of ones
-        columns = REQUIRED_COLUMNS[table.removesuffix(".csv")]
-        (config.run_dir / table).write_text(",".join(columns) + "\ntest" + ",1" * (len(columns) - 1) + "\n")
+    write_run_tables(config.run_dir)
     return {"run_dir": str(config.run_dir), "seconds": 1.0}
 
 
