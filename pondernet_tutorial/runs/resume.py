@@ -273,19 +273,51 @@ def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -
     if any(row.keys() != history[0].keys() for row in history[: epochs + 1]):
         raise CheckpointError("its history lacks values of the epochs of its last.ckpt")
     parameters = [tuple(p.shape) for p in module.parameters()]
-    for optimizer in checkpoint.get("optimizer_states") or []:  # Lightning restores them unchecked
+    optimizers = checkpoint.get("optimizer_states")
+    if not isinstance(optimizers, list) or len(optimizers) != 1:  # the module's one Adam
+        raise CheckpointError("it does not hold the state of the run's one optimizer")
+    for optimizer in optimizers:  # Lightning restores them unchecked
         state = optimizer.get("state", {}) if isinstance(optimizer, dict) else None
         if not isinstance(state, dict) or not all(
             isinstance(i, int)
             and 0 <= i < len(parameters)
             and isinstance(values, dict)
+            and ADAM_STATE <= values.keys()
             and all(
                 v.dim() == 0 or tuple(v.shape) == parameters[i] for v in values.values() if torch.is_tensor(v)
             )
             for i, values in state.items()
         ):
             raise CheckpointError("its optimizer state is not of this model's shapes")
+        if not state:  # an epoch was trained: Adam's moments are there (an empty state would reset them)
+            raise CheckpointError("its optimizer state is empty, though it trained an epoch")
+        _check_adam_settings(optimizer.get("param_groups"), float(module.hparams.lr))
     return history
+
+
+ADAM_STATE = {"step", "exp_avg", "exp_avg_sq"}  # what Adam keeps per parameter
+# Adam's settings as the run's module builds it (torch's defaults, but the learning rate): a group saved
+# with others (maximize=True climbs the loss) is not this run's
+ADAM_SETTINGS = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0, "amsgrad": False, "maximize": False}
+
+
+def _check_adam_settings(groups, lr: float) -> None:
+    """Raise ``CheckpointError`` unless ``groups`` is Adam's one parameter group with the settings the
+    run's module gives it (:data:`ADAM_SETTINGS`) and a learning rate in (0, ``lr``] (a plateau schedule
+    only lowers it)."""
+    if not isinstance(groups, list) or len(groups) != 1 or not isinstance(groups[0], dict):
+        raise CheckpointError("its optimizer does not hold the run's one parameter group")
+    group = groups[0]
+    for name, expected in ADAM_SETTINGS.items():
+        saved = group.get(name)
+        if isinstance(saved, list):  # (a tuple saved through a checkpoint may come back a list)
+            saved = tuple(saved)
+        if saved != expected:
+            raise CheckpointError(f"its optimizer's {name} is {saved!r}, not the run's {expected!r}")
+    rate = group.get("lr")
+    rate = rate.item() if torch.is_tensor(rate) and rate.numel() == 1 else rate
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= lr:
+        raise CheckpointError(f"its learning rate {rate!r} is not in (0, {lr:g}], the run's")
 
 
 def resumable(run_dir: Path, identity: dict, datamodule) -> bool:

@@ -202,3 +202,36 @@ def test_a_path_or_size_the_file_system_cannot_take_is_one_line(tmp_path, capsys
     errors = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(errors) == 1 and errors[0].startswith("error: "), errors
     assert not any(path.is_dir() for path in tmp_path.iterdir())
+
+
+def _maximize(checkpoint):
+    checkpoint["optimizer_states"][0]["param_groups"][0]["maximize"] = True
+
+
+def _no_state(checkpoint):
+    checkpoint["optimizer_states"][0]["state"] = {}
+
+
+def _no_optimizer(checkpoint):
+    checkpoint["optimizer_states"] = []
+
+
+def _text_rate(checkpoint):
+    checkpoint["optimizer_states"][0]["param_groups"][0]["lr"] = "fast"
+
+
+@pytest.mark.parametrize("forge", [_maximize, _no_state, _no_optimizer, _text_rate])
+def test_a_forged_optimizer_state_is_not_restored(stopped, monkeypatch, capsys, forge):
+    """last.ckpt's optimizer was checked for its tensors' shapes only: a group with maximize=True (the
+    run climbs its loss), an empty state (Adam's moments reset) or no optimizer at all resumed without
+    a word, and a learning rate of 'fast' ended in a TypeError after training had started. Each is now
+    refused in one line, and the run is trained again."""
+    last = stopped.run_dir / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(last, weights_only=True)
+    forge(checkpoint)
+    torch.save(checkpoint, last)
+    started = []
+    test_resume.stop_at_epoch(monkeypatch, -1, started)
+    _, metadata = train(stopped)
+    assert "cannot be continued" in capsys.readouterr().err
+    assert started == [0, 1, 2, 3] and not metadata["resumed"]
