@@ -7,7 +7,10 @@ Deliberate breaks these tests catch (each was tried):
 - ``infer`` giving the last step's remainder to every halting step (``weight = 1 - total`` always):
   test_act_matches_loop;
 - ``act_weights`` with ``remainder`` detached (the full unroll's gradient then differs from the early
-  exit's): test_the_full_unroll_has_the_early_exits_gradients.
+  exit's): test_the_full_unroll_has_the_early_exits_gradients;
+- ``≥ 1 − ε`` written ``>`` in ``act_halt_step`` or in ``infer``: test_a_sum_that_reaches_one_minus_epsilon_exactly_halts;
+- the task loss summed over the batch, or the ponder cost detached in ``ACT.loss``:
+  test_the_loss_is_the_batch_mean_and_its_ponder_gradient_is_tau_over_the_batch.
 """
 
 import pytest
@@ -237,3 +240,28 @@ def test_validation_loss_counts_trainings_steps(method):
         full, first_n = model.loss(long, y), model.loss(short, y)
         for name in set(full) - {"weights"}:  # the loss and its terms
             assert torch.equal(full[name], first_n[name]), name
+
+
+def test_a_sum_that_reaches_one_minus_epsilon_exactly_halts():
+    """N is the first step with Σ h ≥ 1 − ε (Graves's ≥, not >): with h = 0.5 exactly and ε = 0.5 the
+    first step already reaches it, in the full unroll and in the early exit alike."""
+    act = ACT(TableStep(torch.full((3, 2), 0.5)), max_steps=3, epsilon=0.5)
+    out = act(torch.arange(2))
+    assert act_halt_step(out.halting_logits, act.epsilon).tolist() == [1, 1]
+    assert act.infer(torch.arange(2))[1].tolist() == [1, 1]
+
+
+def test_the_loss_is_the_batch_mean_and_its_ponder_gradient_is_tau_over_the_batch():
+    """ACT.loss averages over the batch: the task term of two-class zero logits is log 2 whatever the
+    batch, and ∂(τ · mean ρ)/∂h_n = −τ/B for n < N(x) (the loss's own gradient, as
+    test_ponder_cost_gradient's for the sum)."""
+    H = torch.tensor([[0.3, 0.9, 0.2], [0.3, 0.5, 0.2], [0.6, 0.5, 0.2], [0.5, 0.5, 0.2]])
+    tau = 0.1
+    act = ACT(TableStep(H.clone()), max_steps=4, tau=tau, epsilon=0.01)
+    losses = act.loss(act(torch.arange(3)), torch.zeros(3, dtype=torch.long))
+    torch.testing.assert_close(losses["task"], torch.log(torch.tensor(2.0)))
+    losses["loss"].backward()
+    expected = torch.zeros_like(H)
+    for b, big_n in enumerate([3, 2, 4]):
+        expected[: big_n - 1, b] = -tau / 3
+    torch.testing.assert_close(act.step_function.H.grad, expected)

@@ -17,12 +17,15 @@ Deliberate breaks these tests catch (each was tried):
   test_a_subclass_trains_its_own_step_eagerly_and_says_so;
 - ``on_save_checkpoint`` keeping the capture's settings or the manual step count:
   test_a_checkpoint_resumes_on_the_other_path[fast-plain]; ``on_load_checkpoint`` not carrying the
-  automatic count: test_a_checkpoint_resumes_on_the_other_path[plain-fast].
+  automatic count: test_a_checkpoint_resumes_on_the_other_path[plain-fast];
+- the capture putting Adam's initial rate in place of the rate it finds (a resumed run's cut lost):
+  test_the_capture_keeps_the_learning_rate_it_finds.
 """
 
 import importlib
 import re
 import warnings
+from types import SimpleNamespace
 
 import lightning as L
 import pytest
@@ -217,3 +220,16 @@ def test_a_subclass_trains_its_own_step_eagerly_and_says_so(one_gpu, tmp_path, c
     ]
     with pytest.raises(ValueError, match=r"^fit\(fast=True\) needs the plain PonderLitModule, not OwnStep"):
         train(module, tmp_path / "asked", fast=True)
+
+
+def test_the_capture_keeps_the_learning_rate_it_finds():
+    """A resumed run's optimiser comes back with its rate already cut, as a float (Lightning restores
+    rates on the CPU): the tensor that the recorded update reads must hold that rate, 0.005 here, not
+    the 0.01 Adam was built with."""
+    weight = torch.nn.Parameter(torch.zeros(3))
+    optimizer = torch.optim.Adam([weight], lr=0.01)
+    optimizer.param_groups[0]["lr"] = 0.005
+    optimizer.param_groups[0]["initial_lr"] = 0.01  # as a schedule records it
+    fast_path.GraphedStep.optimizer_tensors_to_device(SimpleNamespace(optimizer=optimizer))
+    rate = optimizer.param_groups[0]["lr"]
+    assert torch.is_tensor(rate) and rate.item() == pytest.approx(0.005)

@@ -3,7 +3,15 @@
 Deliberate breaks these tests catch (each was tried):
 - a lambda as the default loss (the module no longer pickles): test_module_pickles_for_ddp_spawn;
 - configure_optimizers always monitoring val/acc: test_fit_without_validation;
-- predict_step seeding its coins once per predict epoch, not per set: test_named_test_sets_and_predict.
+- predict_step seeding its coins once per predict epoch, not per set: test_named_test_sets_and_predict;
+- the plateau schedule cutting the rate when val/acc rises (``mode="min"``): test_fit_without_validation;
+- evaluation's E[n] taken from the loss's p (training's ε rule, N steps):
+  test_evaluation_reads_e_n_over_every_step_unrolled;
+- the training accuracy averaged over the steps instead of weighted by p (``.mean(0)``):
+  test_training_accuracy_is_the_expectation_over_the_halting_distribution;
+- fit() without validation keeping the epoch after the last (``current_epoch``), or EarlyStopping
+  ignoring ``patience``: test_fit_keeps_the_last_epoch_without_validation,
+  test_fit_stops_after_patience_epochs_without_progress.
 """
 
 import functools
@@ -12,9 +20,11 @@ import pickle
 import lightning as L
 import pytest
 import torch
-from tiny_parity import loader, module, quiet_trainer, weighted_cross_entropy
+from tiny_parity import QUIET, loader, module, parity, quiet_trainer, weighted_cross_entropy
 
 from pondernet_tutorial import PonderLitModule
+from pondernet_tutorial.fitting import fit
+from pondernet_tutorial.methods.base import expected_steps
 
 
 def trainer(**kwargs):
@@ -63,6 +73,7 @@ def test_fit_without_validation():
     m = module()
     t.fit(m, loader(), loader())
     assert t.lr_scheduler_configs and t.lr_scheduler_configs[0].monitor == "val/acc"
+    assert t.lr_scheduler_configs[0].scheduler.mode == "max"  # a rising accuracy is progress
 
 
 def test_named_test_sets_and_predict(tmp_path):
@@ -113,3 +124,47 @@ def test_module_pickles_for_ddp_spawn():
         copy.model.loss_fn(torch.zeros(2, 2), y[:2]), torch.full((2,), 2 * 0.6931), atol=1e-4, rtol=0
     )
     pickle.dumps(module())  # the default loss too
+
+
+def test_evaluation_reads_e_n_over_every_step_unrolled():
+    """In evaluation E[n] is read from p over every step unrolled (eval_max_steps), without training's
+    ε rule: the distribution that inference samples from."""
+    m = module(max_steps=5, method_options={"train_epsilon": 0.05, "eval_max_steps": 8}).eval()
+    x, y = parity(16, 1)
+    with torch.no_grad():
+        values = m.step_values(x, y, evaluation=True)
+        expected = expected_steps(m.model.weights(m.model(x)))
+    assert m.model(x).logits.shape[0] == 8
+    torch.testing.assert_close(values["expected_steps"], expected)
+
+
+def test_training_accuracy_is_the_expectation_over_the_halting_distribution():
+    """PonderNet's training flips no coin: its accuracy is Σ_n p_n 1[argmax ŷ_n = y], per sample."""
+    m = module(max_steps=5).train()
+    x, y = parity(16, 2)
+    with torch.no_grad():
+        values = m.step_values(x, y)
+        out = m.model(x)
+        p = m.model.weights(out)
+    by_hand = torch.zeros(16)
+    for n in range(5):
+        by_hand += p[n] * (out.logits[n].argmax(-1) == y).float()
+    torch.testing.assert_close(values["acc"], by_hand)
+
+
+class TrainOnly(L.LightningDataModule):
+    def train_dataloader(self):
+        return loader()
+
+
+def test_fit_keeps_the_last_epoch_without_validation(tmp_path):
+    _, best_epoch = fit(module(), TrainOnly(), 3, default_root_dir=tmp_path, **QUIET)
+    assert best_epoch == 2
+
+
+def test_fit_stops_after_patience_epochs_without_progress(tmp_path):
+    """With a learning rate of 1e-12 the validation accuracy never improves: patience 1 stops the run
+    after its second epoch (epochs 0 and 1), long before the limit."""
+    data = L.LightningDataModule.from_datasets(loader().dataset, loader().dataset)
+    trainer, _ = fit(module(lr=1e-12), data, 6, patience=1, default_root_dir=tmp_path, **QUIET)
+    assert trainer.current_epoch == 2

@@ -1,9 +1,17 @@
-"""The 40-line PonderNet of the book computes what the package computes."""
+"""The 40-line PonderNet of the book computes what the package computes.
+
+Deliberate breaks these tests catch (each was tried): ``heads[-1] = True`` removed from
+``sample_halting_step`` (test_the_coins_stop_every_sample_by_the_last_step); ``optimizer.zero_grad()``
+removed from ``train_on_parity`` (test_each_update_uses_its_own_batchs_gradient).
+"""
+
+import copy
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from pondernet_tutorial.data.parity import parity_batch
 from pondernet_tutorial.halting import sample_halting_step
 from pondernet_tutorial.methods.pondernet import PonderLoss, PonderNet, log_halting_distribution
 from pondernet_tutorial.minimal import (
@@ -92,3 +100,25 @@ def test_training_learns_parity_of_three_elements():
     assert len(losses) == 300
     assert sum(losses[:20]) / 20 > 0.6  # chance: log 2 = 0.69
     assert sum(losses[-20:]) / 20 < 0.2
+
+
+def test_the_coins_stop_every_sample_by_the_last_step():
+    """λ_N = 1: a network whose halting probabilities are all about 0 still stops at step N."""
+    assert minimal_sample(torch.full((5, 4), -30.0), torch.Generator().manual_seed(0)).tolist() == [5] * 4
+
+
+def test_each_update_uses_its_own_batchs_gradient():
+    """Two updates of train_on_parity are two Adam steps on fresh batches, each from that batch's
+    gradient alone (the gradients are zeroed between them), as a loop written out here."""
+    torch.manual_seed(6)
+    model = MinimalPonderNet(3, 2, hidden_size=8, max_steps=4)
+    reference = copy.deepcopy(model)
+    train_on_parity(model, updates=2, generator=torch.Generator().manual_seed(7))
+    optimizer, generator = torch.optim.Adam(reference.parameters(), lr=3e-3), torch.Generator().manual_seed(7)
+    for _ in range(2):
+        x, y, _ = parity_batch(128, 3, (1, 3), generator)
+        optimizer.zero_grad()
+        ponder_loss(*reference(x), y, beta=0.01).backward()
+        optimizer.step()
+    for ours, theirs in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(ours, theirs)

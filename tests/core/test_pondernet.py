@@ -4,17 +4,20 @@ Deliberate breaks these tests catch (each was tried):
 - early exit no longer dropping halted samples (``select_rows`` skipped in ``infer``):
   test_early_exit_drops_halted_samples;
 - ``infer`` comparing the coin of step n + 1 (``coins[running, n]``):
-  test_early_exit_sampling_matches_full_unroll.
+  test_early_exit_sampling_matches_full_unroll;
+- the ε rule stopping at ``Σ p ≥ 1 − ε`` (``cdf < 1 − ε``): test_the_epsilon_rule_stops_where_the_mass_exceeds_one_minus_epsilon;
+- ``weights`` truncating in eval mode too: test_weights_truncate_in_training_only;
+- the frozen logit ``log λ_p`` instead of ``logit λ_p``: test_a_frozen_halting_has_the_priors_lambda_at_every_step.
 """
 
 import pytest
 import torch
 from torch import nn
 
-from pondernet_tutorial.halting import MAX_STEPS
+from pondernet_tutorial.halting import MAX_STEPS, constant_lambda_distribution
 from pondernet_tutorial.methods.act import ACT
 from pondernet_tutorial.methods.fixed import FixedSteps
-from pondernet_tutorial.methods.pondernet import PonderNet, log_halting_distribution
+from pondernet_tutorial.methods.pondernet import PonderNet, log_halting_distribution, truncate_at_epsilon
 from pondernet_tutorial.steps.base import StepFunction
 from pondernet_tutorial.steps.mnist import MNISTStep
 from pondernet_tutorial.steps.parity import ParityStep
@@ -235,3 +238,31 @@ def test_a_step_count_above_the_maximum_is_refused_at_construction(method, optio
 def test_a_billion_steps_is_refused_before_anything_is_allocated():
     with pytest.raises(ValueError, match="max_steps must be a whole number from 1 to"):
         PonderNet(ParityStep(16), max_steps=10**9)
+
+
+def test_the_epsilon_rule_stops_where_the_mass_exceeds_one_minus_epsilon():
+    """The paper's N_ε is the first n with Σ_{j≤n} p_j > 1 − ε, strictly: with λ = 0.5 at every step
+    (z = 0, exact in float32) the mass after step 1 is 0.5, not above 1 − ε = 0.5, so the unroll ends at
+    step 2, which takes the rest: p = (0.5, 0.5, 0, 0)."""
+    p = log_halting_distribution(truncate_at_epsilon(torch.zeros(4, 1), 0.5)).exp()[:, 0]
+    torch.testing.assert_close(p, torch.tensor([0.5, 0.5, 0.0, 0.0]))
+
+
+def test_weights_truncate_in_training_only():
+    """``weights`` is the ε-truncated p in training and the whole p over every step in eval mode (the
+    evaluation's E[n] and distance to the prior read it)."""
+    model = PonderNet(ParityStep(8), max_steps=6, train_epsilon=0.05)
+    out = model(torch.randn(4, 8))
+    full = log_halting_distribution(out.halting_logits.float()).exp()
+    truncated = log_halting_distribution(truncate_at_epsilon(out.halting_logits.float(), 0.05)).exp()
+    assert not torch.allclose(full, truncated)  # the rule cuts this unroll
+    torch.testing.assert_close(model.train().weights(out), truncated)
+    torch.testing.assert_close(model.eval().weights(out), full)
+
+
+def test_a_frozen_halting_has_the_priors_lambda_at_every_step():
+    """The control (``learn_halting=False``) halts with λ_n = λ_p whatever the step function says: its
+    p_n is λ_p (1 − λ_p)^(n−1), the rest at N."""
+    model = PonderNet(ParityStep(8), max_steps=5, lambda_p=0.2, learn_halting=False)
+    weights = model.eval().weights(model(torch.randn(3, 8)))
+    torch.testing.assert_close(weights, constant_lambda_distribution(0.2, 5)[:, None].expand(5, 3))
