@@ -274,7 +274,7 @@ def load_model(
                 f"{type(hparams[name]).__name__}, not a dictionary; train the run again."
             )
     if (path.parent / "metadata.json").exists():  # a run folder
-        metadata = read_json(path.parent / "metadata.json")
+        metadata = read_json(path.parent / "metadata.json", follow_links=False)  # the run folder's own
         if metadata is None:
             raise CheckpointError(f"the metadata.json beside {path} is damaged: train the run again.")
         recorded = metadata.get("hparams")
@@ -377,7 +377,7 @@ def load_pretrained(
             f"no shipped model {experiment}/{config.variant} for seed {seed}; shipped for {experiment} and "
             f"{method}: {listed_shipped(experiment, method)}. Train it with `{command_name()} reproduce`."
         )
-    metadata = read_json(folder / "metadata.json")
+    metadata = read_json(folder / "metadata.json", follow_links=False)
     if metadata is None:
         raise CheckpointError(
             f"the metadata.json of the shipped run in {folder} is missing or damaged: reinstall the package."

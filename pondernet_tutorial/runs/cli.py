@@ -607,7 +607,7 @@ def _recorded_experiment(checkpoint) -> str | None:
     from ..untrusted import read_json
 
     try:
-        experiment = read_json(meta)["config"]["experiment"]
+        experiment = read_json(meta, follow_links=False)["config"]["experiment"]
     except (KeyError, TypeError):
         return None
     return experiment if isinstance(experiment, str) else None
@@ -642,7 +642,9 @@ def _readable_run_name(run_dir) -> str:
 
     name = f"{run_dir.parent.name}/{run_dir.name}"
     try:
-        options = read_json(next(run_dir.glob("seed*/metadata.json")))["config"]  # None: unreadable
+        options = read_json(next(run_dir.glob("seed*/metadata.json")), follow_links=False)[
+            "config"
+        ]  # None: unreadable
     except (StopIteration, KeyError, TypeError):
         return name  # the folder name, as it is
     for key, value in options.items():

@@ -345,7 +345,7 @@ def tables_up_to_date(
     saved_path = run_dir / "evaluation.json"
     if not saved_path.is_file() or not all((run_dir / t).is_file() for t in run_tables(config)):
         return False
-    saved = read_json(saved_path)
+    saved = read_json(saved_path, follow_links=False)  # no link out of the run
     if saved is None:  # damaged: the tables are made again
         return False
     _, record = _datamodule_and_record(config, limit, seed, sweep)
@@ -536,8 +536,12 @@ def halting_up_to_date(config: TrainConfig, limit: int | None = None, seed: int 
     if not has_difficulty(config):
         return True
     run_dir = config.run_dir
-    saved = read_json(run_dir / "halting.json") if (run_dir / "halting.csv").is_file() else None
-    evaluation = read_json(run_dir / "evaluation.json")
+    saved = (
+        read_json(run_dir / "halting.json", follow_links=False)
+        if (run_dir / "halting.csv").is_file()
+        else None
+    )
+    evaluation = read_json(run_dir / "evaluation.json", follow_links=False)
     if saved is None or evaluation is None:
         return False
     _, record = _datamodule_and_record(config, limit, seed, None)
@@ -559,7 +563,7 @@ def evaluate_halting(
     run_dir = config.run_dir
     with folder_lock(run_dir, wait=True, doing="training or evaluating it"):
         if not overwrite and halting_up_to_date(config, limit, seed):
-            return read_table(run_dir / "halting.csv")
+            return read_table(run_dir / "halting.csv", follow_links=False)
         if not tables_up_to_date(config, limit, seed) or not (run_dir / "per_sample.csv.gz").is_file():
             raise FileNotFoundError(
                 f"{run_dir} has no up-to-date evaluation with its per-sample table: evaluate it first "
@@ -570,6 +574,7 @@ def evaluate_halting(
         per_sample = read_table(
             run_dir / "per_sample.csv.gz",
             numeric=NUMERIC_COLUMNS,
+            follow_links=False,  # no link out of the run
             required=(*REQUIRED_COLUMNS["per_sample"], DIFFICULTY),
         )
         table = halting_table(module, datamodule.evaluation_sets(), per_sample)

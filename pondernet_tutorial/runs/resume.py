@@ -149,7 +149,7 @@ def read_history(logs: Path) -> list[dict]:
         raise CheckpointError(f"its history logs hold more than {MAX_TABLE_BYTES:,} bytes")
     rows: dict[int, dict] = {}
     for path in sittings:
-        table = read_table(path, float_precision="round_trip")
+        table = read_table(path, follow_links=False, float_precision="round_trip")
         metrics = sorted(c for c in table.columns if str(c).startswith(("train/", "val/")))
         columns = [c for c in ("epoch", *CLOCK) if c in table] + metrics
         epochs = table.get("epoch", pd.Series(dtype=float)).dropna()
@@ -216,6 +216,8 @@ def _check_entries(run_dir: Path) -> None:
         here = Path(folder)
         for name in [*names, *files]:
             entries += 1
+            if entries > MAX_ENTRIES:  # before the next lstat: a folder of millions is refused at once
+                raise CheckpointError(f"it holds more than {MAX_ENTRIES:,} files")
             path = here / name
             info = os.lstat(path)
             relative = path.relative_to(run_dir)
@@ -244,8 +246,6 @@ def _check_entries(run_dir: Path) -> None:
                 )
             ):
                 raise CheckpointError(f"{relative} is not a checkpoint of the run")
-        if entries > MAX_ENTRIES:
-            raise CheckpointError(f"it holds more than {MAX_ENTRIES:,} files")
 
 
 def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -> list[dict]:
@@ -336,7 +336,7 @@ def resumable(run_dir: Path, identity: dict, datamodule) -> bool:
     except CheckpointError as error:  # any other error (an I/O error) is raised: the run is kept
         cannot_continue(run_dir, error)
         return False
-    recorded = read_json(run_dir / RESUME_FILE)
+    recorded = read_json(run_dir / RESUME_FILE, follow_links=False)
     return recorded is not None and recorded.get("identity") == plain(identity)
 
 

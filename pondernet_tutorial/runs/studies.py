@@ -481,7 +481,7 @@ def reproduce(
             "jobs": jobs,
             "run_seconds": sum(mine),
         }
-        saved = read_json(root / "studies" / study.name / "study.json")
+        saved = read_json(root / "studies" / study.name / "study.json", follow_links=False)
         if not any(mine) and saved is not None:  # nothing trained now: keep the record of the sweep that did
             if saved.get("quick") == quick and saved.get("n_runs") == len(mine):
                 info = {k: saved.get(k, v) for k, v in info.items()}

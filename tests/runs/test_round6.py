@@ -17,10 +17,12 @@ from test_faults import tiny_study  # noqa: F401 (a fixture, used by name)
 import pondernet_tutorial.checkpointing as checkpointing
 from pondernet_tutorial.runs import cli, resume
 from pondernet_tutorial.runs.build import make_datamodule, make_module
+from pondernet_tutorial.runs.checkpoints import load_model
 from pondernet_tutorial.runs.config import WEIGHTS
-from pondernet_tutorial.runs.evaluation import load_run_tables
+from pondernet_tutorial.runs.evaluation import load_run_tables, tables_up_to_date
 from pondernet_tutorial.runs.files import write_json
 from pondernet_tutorial.runs.processes import Interrupted
+from pondernet_tutorial.runs.registry import get_experiment
 from pondernet_tutorial.runs.resume import check_last_checkpoint
 from pondernet_tutorial.runs.training import train
 from pondernet_tutorial.untrusted import CheckpointError, DamagedFileError, read_json
@@ -235,3 +237,24 @@ def test_a_forged_optimizer_state_is_not_restored(stopped, monkeypatch, capsys, 
     _, metadata = train(stopped)
     assert "cannot be continued" in capsys.readouterr().err
     assert started == [0, 1, 2, 3] and not metadata["resumed"]
+
+
+def test_the_records_of_a_run_are_not_read_through_a_final_link(tmp_path, tiny_study):  # noqa: F811
+    """Round 5 stopped following a final link in the study tables and a run's metadata; the evaluation's
+    own records, the metadata beside a model file and a study's study.json were still read through
+    one (a run folder could vouch for its tables with a record from anywhere). A link there now reads
+    as no record: the tables are made again, and the model file's metadata is damaged. (halting.json,
+    halting.csv, the per-sample table, resume.json, a sitting's metrics.csv and study.json are read
+    alike now; this test checks the first two records.)"""
+    test_faults.reproduce_tiny(tmp_path)
+    config = tiny_study.configs(quick=True, output_dir=str(tmp_path))[0]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    limit = get_experiment(config.experiment).quick.get("limit")  # what a quick reproduce evaluates
+    assert tables_up_to_date(config, limit)
+    for name in ("evaluation.json", "metadata.json"):
+        (config.run_dir / name).rename(outside / name)
+        (config.run_dir / name).symlink_to(outside / name)
+    assert not tables_up_to_date(config, limit)
+    with pytest.raises(CheckpointError, match="metadata.json beside"):
+        load_model(config.run_dir / WEIGHTS)
