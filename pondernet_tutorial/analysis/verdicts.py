@@ -58,8 +58,8 @@ def config_label(config: dict) -> tuple[str, str]:
         config: the configuration the run recorded (``metadata.json``'s ``"config"``).
 
     Examples: ``PonderNet λ_p=0.5``; ``PonderNet uniform prior`` (λ_p unused); ``control (halting
-    frozen at λ_p=0.1)`` (PonderNet whose ``λ_n`` stay at ``λ_p``); ``ACT τ=0.002 (bias +1)`` (the bias
-    only where one was set); ``TRM's head``; ``HRM's head``; ``HRM's head (last epoch)`` (the last epoch's weights kept); ``one step`` (a step function run once);
+    frozen at λ_p=0.1)`` (PonderNet whose ``λ_n`` stay at ``λ_p``); ``ACT τ=0.002 (bias +1)``, or
+    ``(default bias)`` where none was set (PyTorch's initialisation of the halting unit); ``TRM's head``; ``HRM's head``; ``HRM's head (last epoch)`` (the last epoch's weights kept); ``one step`` (a step function run once);
     ``plain CNN`` (MNIST's one-step baseline); ``fixed 10 steps (run for 20)``.
     """
     method = config["method"]
@@ -74,9 +74,9 @@ def config_label(config: dict) -> tuple[str, str]:
             return "one step", ONE_STEP
         name = f"fixed {config['max_steps']} step{'s' if config['max_steps'] > 1 else ''}"
         return name + (f" (run for {steps})" if steps != config["max_steps"] else ""), "fixed"
-    if method == "act":
+    if method == "act":  # its halting unit's initial bias, PyTorch's default where none was set
         bias = config.get("halting_bias")
-        bias = "" if bias is None else f" (bias {bias:+g})".replace("-", "−")
+        bias = " (default bias)" if bias is None else f" (bias {bias:+g})".replace("-", "−")
         return f"ACT τ={config['tau']:g}{bias}", "act"
     if config.get("learn_halting") is False:
         return f"control (halting frozen at λ_p={config['lambda_p']:g})", "control"

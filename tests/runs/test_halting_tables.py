@@ -167,7 +167,9 @@ def test_one_label_per_configuration():
     longer = {"method": "fixed", "max_steps": 10, "eval_max_steps": 20, "step": "pointer_attention"}
     assert config_label(longer) == ("fixed 10 steps (run for 20)", "fixed")
     assert config_label({"method": "act", "tau": 1e-3, "halting_bias": -3.0})[0] == "ACT τ=0.001 (bias −3)"
-    assert config_label({"method": "act", "tau": 1e-2, "halting_bias": None})[0] == "ACT τ=0.01"
+    assert (
+        config_label({"method": "act", "tau": 1e-2, "halting_bias": None})[0] == "ACT τ=0.01 (default bias)"
+    )
     uniform = {"method": "pondernet", "lambda_p": 0.2, "prior": "uniform"}  # λ_p unused: not in its name
     assert config_label(uniform) == ("PonderNet uniform prior", "pondernet")
     assert config_label({"method": "trm", "max_steps": 20}) == ("TRM's head", "trm")
