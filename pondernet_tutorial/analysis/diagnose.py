@@ -141,7 +141,9 @@ def diagnose(
         )
         print(f"mass at N: {result.mass_at_n:.3f}")
         if accuracy is not None:
-            print(f"accuracy: {100 * accuracy:.1f}% (the mark for a learned task: {100 * mark:.0f}%)")
+            print(
+                f"accuracy: {100 * accuracy:.1f}% (learned from {100 * mark:.0f}%: chance + {100 * rules.learned:.0f} points)"
+            )
         if rho is not None:
             print(f"Spearman rho against your difficulty: {rho:.2f}")
             print(f"steps beyond the difficulty, mean of E[n] - difficulty: {beyond:+.2f}")
