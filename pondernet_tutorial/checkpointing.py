@@ -16,7 +16,7 @@ its own folder, may come from anyone:
 
 from __future__ import annotations
 
-import errno
+import io
 import re
 import zipfile
 from pathlib import Path
@@ -27,8 +27,6 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from .untrusted import CheckpointError, DamagedFileError, open_regular
 
-# errors of a read that say nothing of the file read: the device's or the network file system's
-READ_FAILURES = {errno.EIO, errno.ENOMEM, errno.EAGAIN, errno.EINTR, errno.ETIMEDOUT, errno.ESTALE}
 CHECKPOINT_OVERHEAD = 64 * 2**20  # a checkpoint's counters, callback states and history, besides weights
 
 
@@ -55,26 +53,30 @@ def read_checkpoint_file(path, max_bytes: int) -> dict:
         file = open_regular(path, max_bytes, follow_links=False)
     except (DamagedFileError, FileNotFoundError) as error:  # not a regular file, too big, or gone
         raise CheckpointError(f"{path} cannot be read ({error.strerror or error}).") from None
-    # any other OSError (an I/O error, no permission) says nothing of the file: it is raised as it is
+    # any other OSError (an I/O error, no permission) says nothing of the file: it is raised as it is,
+    # and so is one of the one read below; the archive is then read from memory, where zipfile cannot
+    # take a failed read for a damaged archive
     with file:
-        try:
-            if zipfile.is_zipfile(file):  # torch.save's format: its members' sizes, before inflating
-                with zipfile.ZipFile(file) as archive:
-                    inflated = sum(member.file_size for member in archive.infolist())
-                if inflated > max_bytes:
-                    raise CheckpointError(
-                        f"{path} inflates to {inflated:,} bytes, more than a checkpoint of this model "
-                        f"({max_bytes:,})."
-                    )
-            file.seek(0)
-            checkpoint = torch.load(file, map_location="cpu", weights_only=True)
-        except (CheckpointError, MemoryError):  # the allocator's refusal says nothing of the file
-            raise
-        except Exception as error:  # a pickle that asks for code, a truncated file: the first line only
-            if isinstance(error, OSError) and error.errno in READ_FAILURES:
-                raise  # the device failed to read (a truncated archive fails its seek: EINVAL, not these)
-            first = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
-            raise CheckpointError(f"{path} is not a weights-only checkpoint ({first})") from None
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise CheckpointError(f"{path} grew past {max_bytes:,} bytes while it was read.")
+    buffer = io.BytesIO(data)
+    try:
+        if zipfile.is_zipfile(buffer):  # torch.save's format: its members' sizes, before inflating
+            with zipfile.ZipFile(buffer) as archive:
+                inflated = sum(member.file_size for member in archive.infolist())
+            if inflated > max_bytes:
+                raise CheckpointError(
+                    f"{path} inflates to {inflated:,} bytes, more than a checkpoint of this model "
+                    f"({max_bytes:,})."
+                )
+        buffer.seek(0)
+        checkpoint = torch.load(buffer, map_location="cpu", weights_only=True)
+    except (CheckpointError, MemoryError):  # the allocator's refusal says nothing of the file
+        raise
+    except Exception as error:  # a pickle that asks for code, a truncated file: the first line only
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
+        raise CheckpointError(f"{path} is not a weights-only checkpoint ({first})") from None
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
         raise CheckpointError(f"{path} is not a Lightning checkpoint (no state_dict).")
     return checkpoint

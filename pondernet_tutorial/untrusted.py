@@ -20,6 +20,11 @@ from pathlib import Path
 MAX_READ_BYTES = 64 * 2**20  # metadata.json, study.json, locks: a few kB; a bigger file is damaged
 
 
+# errors of a read that say nothing of the file read, but of the device or the network file system: raised
+# as they are, never taken for a damaged file (which the run machinery would then delete and redo)
+READ_FAILURES = frozenset({errno.EIO, errno.ENOMEM, errno.EAGAIN, errno.EINTR, errno.ETIMEDOUT, errno.ESTALE})
+
+
 class DamagedFileError(OSError):
     """A file the package reads is not a regular file of bounded size (a FIFO, a device such as
     ``/dev/zero``, a folder, a file too big): one line that names it."""
@@ -161,7 +166,11 @@ def read_table(
             table = pd.read_csv(_Capped(raw, cap, path), **read_csv_options)
         except DamagedFileError:
             raise
-        except (ValueError, OSError, EOFError, zlib.error, pd.errors.ParserError) as error:
+        except OSError as error:
+            if error.errno in READ_FAILURES:
+                raise  # the device failed: says nothing of the table
+            raise damaged_table(path, " ".join(str(error).split())[:200]) from None
+        except (ValueError, EOFError, zlib.error, pd.errors.ParserError) as error:
             # a UnicodeDecodeError and an empty file's EmptyDataError are ValueErrors; a damaged deflate
             # stream is a zlib.error, a damaged gzip header a BadGzipFile (an OSError)
             raise damaged_table(path, " ".join(str(error).split())[:200]) from None
@@ -196,9 +205,14 @@ def nested_deeper_than(value, limit: int = MAX_DEPTH) -> bool:
 
 def read_json(path: str | os.PathLike, follow_links: bool = True) -> dict | None:
     """The JSON object in ``path``; ``None`` if the file is missing, empty, damaged, not a regular file
-    (or, without ``follow_links``, a link), too big, or nested more than :data:`MAX_DEPTH` deep."""
+    (or, without ``follow_links``, a link), too big, or nested more than :data:`MAX_DEPTH` deep. A read
+    that the device fails (:data:`READ_FAILURES`) is raised: it says nothing of the record."""
     try:
         data = json.loads(read_regular(path, follow_links=follow_links).decode("utf-8"))
-    except (OSError, ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    except OSError as error:
+        if error.errno in READ_FAILURES:  # the device failed: no verdict on the record (raised)
+            raise
+        return None
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return None
     return data if isinstance(data, dict) and not nested_deeper_than(data) else None

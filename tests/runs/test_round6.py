@@ -15,6 +15,7 @@ import torch
 from test_faults import tiny_study  # noqa: F401 (a fixture, used by name)
 
 import pondernet_tutorial.checkpointing as checkpointing
+from pondernet_tutorial import untrusted
 from pondernet_tutorial.runs import cli, resume
 from pondernet_tutorial.runs.build import make_datamodule, make_module
 from pondernet_tutorial.runs.checkpoints import load_model
@@ -24,8 +25,8 @@ from pondernet_tutorial.runs.files import write_json
 from pondernet_tutorial.runs.processes import Interrupted
 from pondernet_tutorial.runs.registry import get_experiment
 from pondernet_tutorial.runs.resume import check_last_checkpoint
-from pondernet_tutorial.runs.training import train
-from pondernet_tutorial.untrusted import CheckpointError, DamagedFileError, read_json
+from pondernet_tutorial.runs.training import RunExistsError, train
+from pondernet_tutorial.untrusted import CheckpointError, DamagedFileError, open_regular, read_json
 
 
 @pytest.fixture
@@ -39,31 +40,71 @@ def stopped(tmp_path, monkeypatch):
     return config
 
 
-@pytest.mark.parametrize(
-    "failure", [OSError(errno.EIO, "Input/output error"), MemoryError()], ids=["io-error", "out-of-memory"]
-)
-def test_a_failure_of_the_machine_while_resuming_keeps_the_unfinished_run(
-    stopped, monkeypatch, capsys, failure
-):
-    """An I/O error or the allocator's refusal while last.ckpt is read says nothing of the run: it is
-    raised, the folder is kept, and the next call continues from the last epoch. (Before, every error
-    of the restore made train() delete the folder and train from epoch 0: hours of a long run lost to
-    one hiccup of a network file system.)"""
-    real_open, real_load = checkpointing.open_regular, checkpointing.torch.load
+def _io_error():
+    return OSError(errno.EIO, "Input/output error")
 
-    def fail(*args, **kwargs):
-        raise failure
 
-    if isinstance(failure, OSError):
-        monkeypatch.setattr(checkpointing, "open_regular", fail)
-    else:
-        monkeypatch.setattr(checkpointing.torch, "load", fail)
-    with pytest.raises(type(failure)):
-        train(stopped)
-    assert "is kept as it is" in capsys.readouterr().err
+class _FailingReads:
+    """A file whose reads fail with an I/O error, as a network file system's may."""
+
+    def __init__(self, file):
+        self.file = file
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+    def read(self, *args):
+        raise _io_error()
+
+
+def _fail_once(monkeypatch, module, name, failure, when=lambda *args: True):
+    """``module.name`` raises ``failure`` at its first call for which ``when(*args)`` holds."""
+    real, done = getattr(module, name), []
+
+    def failing(*args, **kwargs):
+        if not done and when(*args):
+            done.append(True)
+            raise failure
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, failing)
+
+
+def _named(name):
+    return lambda path, *rest: str(path).endswith(name)
+
+
+FAILURES = {  # where the restore of an unfinished run meets a failure of the machine
+    "open of last.ckpt": lambda mp: _fail_once(mp, checkpointing, "open_regular", _io_error()),
+    "read of last.ckpt": lambda mp: mp.setattr(
+        checkpointing, "open_regular", lambda *a, **k: _FailingReads(open_regular(*a, **k))
+    ),
+    "torch.load out of memory": lambda mp: _fail_once(mp, checkpointing.torch, "load", MemoryError()),
+    "read of resume.json": lambda mp: _fail_once(
+        mp, untrusted, "read_regular", _io_error(), _named("resume.json")
+    ),
+    "read of metrics.csv": lambda mp: _fail_once(
+        mp, untrusted._Capped, "read", _io_error(), lambda capped, *rest: capped.path.name == "metrics.csv"
+    ),
+}
+
+
+@pytest.mark.parametrize("where", FAILURES)
+def test_a_failure_of_the_machine_while_resuming_keeps_the_unfinished_run(stopped, monkeypatch, where):
+    """An I/O error or the allocator's refusal while an unfinished run is restored says nothing of the
+    run: it is raised, the folder is kept, and the next call continues from the last epoch. (Before,
+    every error of the restore made train() delete the folder and train from epoch 0: hours of a long
+    run lost to one hiccup of a network file system. An I/O error in a read of last.ckpt came back from
+    zipfile as a damaged archive, one in resume.json as no record, one in metrics.csv as a damaged
+    table; each was then deleted.)"""
+    with monkeypatch.context() as patch:
+        FAILURES[where](patch)
+        with pytest.raises((OSError, MemoryError)):
+            train(stopped)
     assert (stopped.run_dir / "checkpoints" / "last.ckpt").is_file()
-    monkeypatch.setattr(checkpointing, "open_regular", real_open)
-    monkeypatch.setattr(checkpointing.torch, "load", real_load)
     started = []
     test_resume.stop_at_epoch(monkeypatch, -1, started)
     _, metadata = train(stopped)
@@ -258,3 +299,18 @@ def test_the_records_of_a_run_are_not_read_through_a_final_link(tmp_path, tiny_s
     assert not tables_up_to_date(config, limit)
     with pytest.raises(CheckpointError, match="metadata.json beside"):
         load_model(config.run_dir / WEIGHTS)
+
+
+def test_an_io_error_reading_a_finished_runs_record_keeps_the_run(stopped, monkeypatch):
+    """A finished run whose metadata.json the device fails to read once is not taken for damaged: the
+    error is raised and the run stays. (Before, read_json returned None for any error, the run counted
+    as damaged, and train() deleted its model and trained it again from epoch 0.)"""
+    train(stopped)
+    weights = (stopped.run_dir / WEIGHTS).read_bytes()
+    with monkeypatch.context() as patch:
+        _fail_once(patch, untrusted, "read_regular", _io_error(), _named("metadata.json"))
+        with pytest.raises(OSError, match="Input/output error"):
+            train(stopped)
+    assert (stopped.run_dir / WEIGHTS).read_bytes() == weights
+    with pytest.raises(RunExistsError):
+        train(stopped)
