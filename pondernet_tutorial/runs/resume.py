@@ -279,40 +279,102 @@ def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -
     for optimizer in optimizers:  # Lightning restores them unchecked
         state = optimizer.get("state", {}) if isinstance(optimizer, dict) else None
         if not isinstance(state, dict) or not all(
-            isinstance(i, int)
-            and 0 <= i < len(parameters)
-            and isinstance(values, dict)
-            and ADAM_STATE <= values.keys()
-            and all(
-                v.dim() == 0 or tuple(v.shape) == parameters[i] for v in values.values() if torch.is_tensor(v)
-            )
+            isinstance(i, int) and 0 <= i < len(parameters) and _is_adam_state(values, parameters[i])
             for i, values in state.items()
         ):
-            raise CheckpointError("its optimizer state is not of this model's shapes")
+            raise CheckpointError("its optimizer state is not Adam's for this model's weights")
         if not state:  # an epoch was trained: Adam's moments are there (an empty state would reset them)
             raise CheckpointError("its optimizer state is empty, though it trained an epoch")
-        _check_adam_settings(optimizer.get("param_groups"), float(module.hparams.lr))
+        steps = {float(values["step"]) for values in state.values()}
+        if steps != {float(checkpoint.get("global_step", -1))}:  # every weight stepped at every update
+            raise CheckpointError("its optimizer's step counts are not its number of updates")
+        _check_adam_settings(optimizer.get("param_groups"), float(module.hparams.lr), len(parameters))
+    progress = ((checkpoint.get("loops") or {}).get("fit_loop") or {}).get("epoch_progress") or {}
+    total = progress.get("total") if isinstance(progress, dict) else None
+    if (
+        not isinstance(total, dict)
+        or any(total.get(key) != epochs + 1 for key in ("ready", "started", "processed"))
+        or total.get("completed") not in (epochs, epochs + 1)
+    ):  # Lightning resumes from these counters: forged, they skip or repeat epochs
+        raise CheckpointError("its training loop's epoch counters are not those of its epoch")
+    for schedule in checkpoint.get("lr_schedulers") or []:
+        _check_plateau_schedule(schedule, module.hparams, epochs)
     return history
+
+
+def _check_plateau_schedule(schedule, hparams, epochs: int) -> None:
+    """Raise ``CheckpointError`` unless ``schedule`` is the state of the plateau schedule that the run's
+    module builds (``lr_factor``, ``lr_patience``, on ``val/acc``), stepped at most once per epoch, with
+    rates in (0, ``lr``]: torch restores it by ``__dict__.update``, whatever it holds."""
+    stand_in = torch.optim.SGD([torch.zeros(1)], lr=float(hparams.lr))
+    built = torch.optim.lr_scheduler.ReduceLROnPlateau(
+        stand_in, mode="max", factor=hparams.lr_factor, patience=hparams.lr_patience
+    ).state_dict()
+    counters = {"best", "num_bad_epochs", "last_epoch", "_last_lr", "cooldown_counter"}
+    if (
+        not isinstance(schedule, dict)
+        or schedule.keys() != built.keys()
+        or any(schedule[key] != built[key] for key in built.keys() - counters)
+        or schedule["last_epoch"] not in (epochs, epochs + 1)
+        or not isinstance(schedule["num_bad_epochs"], int)
+        or not 0 <= schedule["num_bad_epochs"] <= epochs + 1
+        or not isinstance(schedule["_last_lr"], list)
+        or not all(isinstance(r, float) and 0 < r <= float(hparams.lr) for r in schedule["_last_lr"])
+    ):
+        raise CheckpointError("its learning-rate schedule is not the run's plateau schedule")
+
+
+def _is_adam_state(values, shape: tuple) -> bool:
+    """Adam's state of one weight of ``shape``: a step count of at least 1, and both moments of the
+    weight's shape, finite, the second never negative."""
+    if not isinstance(values, dict) or values.keys() != ADAM_STATE:
+        return False
+    step, first, second = values["step"], values["exp_avg"], values["exp_avg_sq"]
+    step = step.item() if torch.is_tensor(step) and step.numel() == 1 else step
+    return (
+        isinstance(step, (int, float))
+        and not isinstance(step, bool)
+        and step >= 1
+        and float(step).is_integer()
+        and all(
+            torch.is_tensor(v) and tuple(v.shape) == shape and torch.isfinite(v).all()
+            for v in (first, second)
+        )
+        and bool((second >= 0).all())
+    )
 
 
 ADAM_STATE = {"step", "exp_avg", "exp_avg_sq"}  # what Adam keeps per parameter
 # Adam's settings as the run's module builds it (torch's defaults, but the learning rate): a group saved
 # with others (maximize=True climbs the loss) is not this run's
-ADAM_SETTINGS = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0, "amsgrad": False, "maximize": False}
+ADAM_SETTINGS = {
+    "betas": (0.9, 0.999),
+    "eps": 1e-8,
+    "weight_decay": 0,
+    "amsgrad": False,
+    "maximize": False,
+    "capturable": False,  # the fast path saves its optimiser as the plain module's (fast_path.py)
+    "differentiable": False,
+    "fused": None,
+}
 
 
-def _check_adam_settings(groups, lr: float) -> None:
-    """Raise ``CheckpointError`` unless ``groups`` is Adam's one parameter group with the settings the
-    run's module gives it (:data:`ADAM_SETTINGS`) and a learning rate in (0, ``lr``] (a plateau schedule
-    only lowers it)."""
+def _check_adam_settings(groups, lr: float, n_parameters: int) -> None:
+    """Raise ``CheckpointError`` unless ``groups`` is Adam's one parameter group over the module's
+    weights in their order, with the settings the run's module gives it (:data:`ADAM_SETTINGS`,
+    plain numbers, never tensors) and a learning rate in (0, ``lr``] (a plateau schedule only lowers
+    it)."""
     if not isinstance(groups, list) or len(groups) != 1 or not isinstance(groups[0], dict):
         raise CheckpointError("its optimizer does not hold the run's one parameter group")
     group = groups[0]
+    if group.get("params") != list(range(n_parameters)):  # torch maps the state by this order
+        raise CheckpointError("its optimizer's parameters are not the model's, in its order")
     for name, expected in ADAM_SETTINGS.items():
         saved = group.get(name)
         if isinstance(saved, list):  # (a tuple saved through a checkpoint may come back a list)
             saved = tuple(saved)
-        if saved != expected:
+        plain_values = not any(torch.is_tensor(v) for v in (saved if isinstance(saved, tuple) else (saved,)))
+        if not plain_values or saved != expected:
             raise CheckpointError(f"its optimizer's {name} is {saved!r}, not the run's {expected!r}")
     rate = group.get("lr")
     rate = rate.item() if torch.is_tensor(rate) and rate.numel() == 1 else rate

@@ -263,12 +263,49 @@ def _text_rate(checkpoint):
     checkpoint["optimizer_states"][0]["param_groups"][0]["lr"] = "fast"
 
 
-@pytest.mark.parametrize("forge", [_maximize, _no_state, _no_optimizer, _text_rate])
+def _each_state(change):
+    return lambda checkpoint: [
+        change(values) for values in checkpoint["optimizer_states"][0]["state"].values()
+    ]
+
+
+def _group(**values):
+    return lambda checkpoint: checkpoint["optimizer_states"][0]["param_groups"][0].update(values)
+
+
+def _epoch_counter(checkpoint):
+    checkpoint["loops"]["fit_loop"]["epoch_progress"]["total"]["processed"] = 0
+
+
+FORGERIES = {
+    "maximize": _maximize,
+    "empty state": _no_state,
+    "no optimizer": _no_optimizer,
+    "text rate": _text_rate,
+    # found by the re-check: each resumed silently, or crashed in a traceback on every rerun
+    "step count": _each_state(lambda v: v.update(step=torch.tensor(3.0))),
+    "negative step": _each_state(lambda v: v.update(step=torch.tensor(-1.0))),
+    "0-dim moment": _each_state(lambda v: v.update(exp_avg=torch.tensor(0.0))),
+    "NaN moment": _each_state(lambda v: v["exp_avg_sq"].fill_(float("nan"))),
+    "tensor betas": _group(betas=(torch.tensor(0.9), torch.tensor(0.999))),
+    "fused": _group(fused=True),
+    "capturable": _group(capturable=True),
+    "parameters reversed": lambda c: _group(
+        params=c["optimizer_states"][0]["param_groups"][0]["params"][::-1]
+    )(c),
+    "epoch counter": _epoch_counter,
+}
+
+
+@pytest.mark.parametrize("forge", FORGERIES.values(), ids=FORGERIES.keys())
 def test_a_forged_optimizer_state_is_not_restored(stopped, monkeypatch, capsys, forge):
     """last.ckpt's optimizer was checked for its tensors' shapes only: a group with maximize=True (the
     run climbs its loss), an empty state (Adam's moments reset) or no optimizer at all resumed without
-    a word, and a learning rate of 'fast' ended in a TypeError after training had started. Each is now
-    refused in one line, and the run is trained again."""
+    a word, and a learning rate of 'fast' ended in a TypeError after training had started. A re-check
+    found more: forged step counts, 0-dim or NaN moments, tensors for betas, fused or capturable Adam,
+    a reordered parameter list, and Lightning's epoch counters (which skipped or repeated epochs). Each
+    is now refused in one line, and the run is trained again. (Adam's state deleted for some weights
+    only is not caught: which weights get a gradient depends on the method.)"""
     last = stopped.run_dir / "checkpoints" / "last.ckpt"
     checkpoint = torch.load(last, weights_only=True)
     forge(checkpoint)
@@ -314,3 +351,20 @@ def test_an_io_error_reading_a_finished_runs_record_keeps_the_run(stopped, monke
     assert (stopped.run_dir / WEIGHTS).read_bytes() == weights
     with pytest.raises(RunExistsError):
         train(stopped)
+
+
+def test_a_forged_plateau_schedule_is_not_restored(tmp_path, monkeypatch, capsys):
+    """The plateau schedule's state is restored by __dict__.update: a forged min_lrs of 1.0 (the rate
+    can never fall below it) resumed without a word. It is now compared with the schedule the run's
+    module builds."""
+    config = test_resume.tiny(tmp_path, lr_schedule="plateau", lr_patience=0)
+    test_resume.stop_at_epoch(monkeypatch, 2, [])
+    with pytest.raises(Interrupted):
+        train(config)
+    monkeypatch.undo()
+    last = config.run_dir / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(last, weights_only=True)
+    checkpoint["lr_schedulers"][0]["min_lrs"] = [1.0]
+    torch.save(checkpoint, last)
+    _, metadata = train(config)
+    assert "not the run's plateau schedule" in capsys.readouterr().err and not metadata["resumed"]

@@ -280,7 +280,7 @@ def test_13_an_optimizer_state_of_another_shape_is_one_line_and_trained_again(tm
         checkpoint["optimizer_states"][0]["state"][0]["exp_avg"] = torch.zeros(5)
 
     edit_last(config, other_optimizer)
-    resumes_again(config, capsys, "optimizer state is not of this model's shapes")
+    resumes_again(config, capsys, "optimizer state is not Adam's for this model's weights")
 
 
 # ---------------------------------------------------------------------------------------------------
