@@ -597,6 +597,25 @@ def range_scores(module, sets: dict[str, EvalSet], seed: int = 0) -> dict:
     return scores
 
 
+def check_sets(run_dir: Path, tables: dict[str, pd.DataFrame]) -> None:
+    """Raise a one-line ``DamagedFileError`` unless the run's tables hold the test sets that its
+    ``evaluation.json`` records: the summary each of them, the other tables no other (a run's
+    per-step table may leave a set out). A table of other sets would drop the run from a study's
+    tables without a word."""
+    record = read_json(Path(run_dir) / "evaluation.json", follow_links=False) or {}
+    sets = record.get("sets")
+    if not isinstance(sets, list):
+        return  # no record to hold the tables to (tables_up_to_date evaluates such a run again)
+    sets = {str(name) for name in sets}
+    for name, table in tables.items():
+        found = set(table["set"].astype(str))
+        if not found <= sets or (name == "summary" and found != sets):
+            raise damaged_table(
+                Path(run_dir) / f"{name}.csv",
+                f"its test sets {sorted(found)[:5]} are not the evaluation's {sorted(sets)[:5]}",
+            )
+
+
 def load_run_tables(run_dir: str | Path, per_sample: bool = False) -> dict[str, pd.DataFrame]:
     """A run's evaluation tables (and its per-sample table, where it was kept)."""
     run_dir = Path(run_dir)

@@ -368,3 +368,18 @@ def test_a_forged_plateau_schedule_is_not_restored(tmp_path, monkeypatch, capsys
     torch.save(checkpoint, last)
     _, metadata = train(config)
     assert "not the run's plateau schedule" in capsys.readouterr().err and not metadata["resumed"]
+
+
+@pytest.mark.parametrize("text", ["nonsense", ""], ids=["other-set", "no-rows"])
+def test_a_run_table_of_other_sets_is_one_line_not_a_run_left_out(tmp_path, tiny_study, capsys, text):  # noqa: F811
+    """A summary.csv whose set column names no set of the evaluation, or that has no rows, passed
+    reproduce (exit 0) and left the run out of the study's tables without a word: the chapters read
+    the 'test' rows. The tables are now held to the sets that the run's evaluation.json records."""
+    test_faults.reproduce_tiny(tmp_path)
+    run_dir = next(tmp_path.glob("parity-interpolation/*/seed0"))
+    summary = pd.read_csv(run_dir / "summary.csv")
+    (summary.assign(set=text) if text else summary.iloc[:0]).to_csv(run_dir / "summary.csv", index=False)
+    capsys.readouterr()
+    code = cli.main(["reproduce", "--study", "faults", "--quick", "--output-dir", str(tmp_path)])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert code == 2 and len(errors) == 1 and "summary.csv" in errors[0] and "test sets" in errors[0], errors
