@@ -294,9 +294,8 @@ def main(argv=None) -> int:
     except OSError as error:  # a full disk, no permission: one line naming the file and the free space
         from .files import WriteFailedError, is_write_refusal, write_failed
 
-        if (
-            error.errno == errno.ENAMETOOLONG
-        ):  # a path the user gave, with a name over the file system's limit
+        # a path the user gave, with a name over the file system's limit
+        if error.errno == errno.ENAMETOOLONG:
             print(
                 f"error: {error.filename}: a name in this path is too long; choose a shorter one.",
                 file=sys.stderr,
@@ -642,9 +641,8 @@ def _readable_run_name(run_dir) -> str:
 
     name = f"{run_dir.parent.name}/{run_dir.name}"
     try:
-        options = read_json(next(run_dir.glob("seed*/metadata.json")), follow_links=False)[
-            "config"
-        ]  # None: unreadable
+        # None (unreadable) has no "config": a TypeError
+        options = read_json(next(run_dir.glob("seed*/metadata.json")), follow_links=False)["config"]
     except (StopIteration, KeyError, TypeError):
         return name  # the folder name, as it is
     for key, value in options.items():

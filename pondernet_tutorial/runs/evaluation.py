@@ -597,40 +597,30 @@ def range_scores(module, sets: dict[str, EvalSet], seed: int = 0) -> dict:
     return scores
 
 
-def check_sets(run_dir: Path, tables: dict[str, pd.DataFrame]) -> None:
-    """Raise a one-line ``DamagedFileError`` unless the run's tables hold the test sets that its
-    ``evaluation.json`` records: the summary each of them, the other tables no other (a run's
-    per-step table may leave a set out). A table of other sets would drop the run from a study's
-    tables without a word."""
-    record = read_json(Path(run_dir) / "evaluation.json", follow_links=False) or {}
-    sets = record.get("sets")
-    if not isinstance(sets, list):
-        return  # no record to hold the tables to (tables_up_to_date evaluates such a run again)
-    sets = {str(name) for name in sets}
-    for name, table in tables.items():
-        found = set(table["set"].astype(str))
-        if not found <= sets or (name == "summary" and found != sets):
-            raise damaged_table(
-                Path(run_dir) / f"{name}.csv",
-                f"its test sets {sorted(found)[:5]} are not the evaluation's {sorted(sets)[:5]}",
-            )
-
-
 def load_run_tables(run_dir: str | Path, per_sample: bool = False) -> dict[str, pd.DataFrame]:
-    """A run's evaluation tables (and its per-sample table, where it was kept)."""
+    """A run's evaluation tables (and its per-sample table, where it was kept), each read without
+    following a link out of the run, with the columns a study reads (:data:`REQUIRED_COLUMNS`) and
+    the test sets that the run's ``evaluation.json`` records: the summary each of them, every table no
+    other (a per-step table may leave a set out). A table of other sets would drop the run from a
+    study's tables without a word; each fault is a one-line ``DamagedFileError``."""
     run_dir = Path(run_dir)
-
-    def read(name, file):
-        table = read_table(
-            run_dir / file, numeric=NUMERIC_COLUMNS, follow_links=False, required=REQUIRED_COLUMNS[name]
-        )  # none out of the run
-        if name == "summary" and "degrees" in table and "mode" not in table:  # MNIST's rotations
-            raise damaged_table(run_dir / file, "it has degrees without their mode")
-        return table
-
-    tables = {t.removesuffix(".csv"): read(t.removesuffix(".csv"), t) for t in RUN_TABLES}
+    files = {t.removesuffix(".csv"): run_dir / t for t in RUN_TABLES}
     if (run_dir / "halting.csv").is_file():
-        tables["halting"] = read("halting", "halting.csv")
+        files["halting"] = run_dir / "halting.csv"
     if per_sample and (run_dir / "per_sample.csv.gz").exists():
-        tables["per_sample"] = read("per_sample", "per_sample.csv.gz")
+        files["per_sample"] = run_dir / "per_sample.csv.gz"
+    record = read_json(run_dir / "evaluation.json", follow_links=False) or {}
+    sets = record.get("sets")  # none recorded: nothing to hold the tables to (evaluated again anyway)
+    sets = {str(name) for name in sets} if isinstance(sets, list) else None
+    tables = {}
+    for name, path in files.items():
+        table = read_table(path, numeric=NUMERIC_COLUMNS, follow_links=False, required=REQUIRED_COLUMNS[name])
+        if name == "summary" and "degrees" in table and "mode" not in table:  # MNIST's rotations
+            raise damaged_table(path, "it has degrees without their mode")
+        found = set(table["set"].astype(str))
+        if sets is not None and (not found <= sets or (name == "summary" and found != sets)):
+            raise damaged_table(
+                path, f"its test sets {sorted(found)[:5]} are not the evaluation's {sorted(sets)[:5]}"
+            )
+        tables[name] = table
     return tables

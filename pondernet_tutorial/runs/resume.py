@@ -276,19 +276,19 @@ def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -
     optimizers = checkpoint.get("optimizer_states")
     if not isinstance(optimizers, list) or len(optimizers) != 1:  # the module's one Adam
         raise CheckpointError("it does not hold the state of the run's one optimizer")
-    for optimizer in optimizers:  # Lightning restores them unchecked
-        state = optimizer.get("state", {}) if isinstance(optimizer, dict) else None
-        if not isinstance(state, dict) or not all(
-            isinstance(i, int) and 0 <= i < len(parameters) and _is_adam_state(values, parameters[i])
-            for i, values in state.items()
-        ):
-            raise CheckpointError("its optimizer state is not Adam's for this model's weights")
-        if not state:  # an epoch was trained: Adam's moments are there (an empty state would reset them)
-            raise CheckpointError("its optimizer state is empty, though it trained an epoch")
-        steps = {float(values["step"]) for values in state.values()}
-        if steps != {float(checkpoint.get("global_step", -1))}:  # every weight stepped at every update
-            raise CheckpointError("its optimizer's step counts are not its number of updates")
-        _check_adam_settings(optimizer.get("param_groups"), float(module.hparams.lr), len(parameters))
+    (optimizer,) = optimizers  # Lightning restores it unchecked
+    state = optimizer.get("state", {}) if isinstance(optimizer, dict) else None
+    if not isinstance(state, dict) or not all(
+        isinstance(i, int) and 0 <= i < len(parameters) and _is_adam_state(values, parameters[i])
+        for i, values in state.items()
+    ):
+        raise CheckpointError("its optimizer state is not Adam's for this model's weights")
+    if not state:  # an epoch was trained: Adam's moments are there (an empty state would reset them)
+        raise CheckpointError("its optimizer state is empty, though it trained an epoch")
+    steps = {float(values["step"]) for values in state.values()}
+    if steps != {float(checkpoint.get("global_step", -1))}:  # every weight stepped at every update
+        raise CheckpointError("its optimizer's step counts are not its number of updates")
+    _check_adam_settings(optimizer.get("param_groups"), float(module.hparams.lr), len(parameters))
     progress = ((checkpoint.get("loops") or {}).get("fit_loop") or {}).get("epoch_progress") or {}
     total = progress.get("total") if isinstance(progress, dict) else None
     if (
@@ -324,13 +324,18 @@ def _check_plateau_schedule(schedule, hparams, epochs: int) -> None:
         raise CheckpointError("its learning-rate schedule is not the run's plateau schedule")
 
 
+def _number(value):
+    """A one-element tensor's number (torch keeps Adam's step and a captured rate as tensors); anything
+    else as it is."""
+    return value.item() if torch.is_tensor(value) and value.numel() == 1 else value
+
+
 def _is_adam_state(values, shape: tuple) -> bool:
     """Adam's state of one weight of ``shape``: a step count of at least 1, and both moments of the
     weight's shape, finite, the second never negative."""
     if not isinstance(values, dict) or values.keys() != ADAM_STATE:
         return False
-    step, first, second = values["step"], values["exp_avg"], values["exp_avg_sq"]
-    step = step.item() if torch.is_tensor(step) and step.numel() == 1 else step
+    step, first, second = _number(values["step"]), values["exp_avg"], values["exp_avg_sq"]
     return (
         isinstance(step, (int, float))
         and not isinstance(step, bool)
@@ -376,8 +381,7 @@ def _check_adam_settings(groups, lr: float, n_parameters: int) -> None:
         plain_values = not any(torch.is_tensor(v) for v in (saved if isinstance(saved, tuple) else (saved,)))
         if not plain_values or saved != expected:
             raise CheckpointError(f"its optimizer's {name} is {saved!r}, not the run's {expected!r}")
-    rate = group.get("lr")
-    rate = rate.item() if torch.is_tensor(rate) and rate.numel() == 1 else rate
+    rate = _number(group.get("lr"))
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= lr:
         raise CheckpointError(f"its learning rate {rate!r} is not in (0, {lr:g}], the run's")
 

@@ -525,7 +525,7 @@ def write_study_tables(
         configs = study.configs(quick, output_dir=str(root))
     import pandas as pd
 
-    from .evaluation import check_sets, load_run_tables, per_angle
+    from .evaluation import load_run_tables, per_angle
     from .resume import read_metadata
 
     out = root / "studies" / study.name
@@ -539,9 +539,7 @@ def write_study_tables(
         hardware = meta.get("hardware")  # data: a dict where this package wrote it
         threads = hardware.get("torch_threads") if isinstance(hardware, dict) else None
         runs.append({**columns, **recorded, "threads": threads})
-        tables = load_run_tables(config.run_dir)
-        check_sets(config.run_dir, tables)
-        for name, table in tables.items():
+        for name, table in load_run_tables(config.run_dir).items():
             collected[name].append(table.assign(**columns))
     tables = {"runs": pd.DataFrame(runs)}
     if len(collected["halting"]) < len(configs):  # none, or not every run's: no study table of it

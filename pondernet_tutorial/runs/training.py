@@ -279,9 +279,8 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
                     ) from None
                 if not resume or clock.first_epoch is not None:
                     raise
-                if says_nothing_of_files(
-                    error
-                ):  # out of memory, an I/O error: the run is kept, not retrained
+                # out of memory, an I/O error: the run is kept, not retrained
+                if says_nothing_of_files(error):
                     kept_unfinished(run_dir, error)
                     raise
                 cannot_continue(run_dir, f"Lightning could not restore it: {error}")
