@@ -33,6 +33,7 @@ from .options import (
     MAX_BATCH,
     MAX_EPOCHS,
     MAX_TRAIN_SUBSET,
+    TRAIN_SUBSET_REASON,
     Option,
     Parameter,
     above,
@@ -248,7 +249,7 @@ class TrainConfig:
         int,
         None,
         "training samples per epoch (MNIST: the first N images; quick runs only, never shipped)",
-        check=in_range(1, MAX_TRAIN_SUBSET, "samples per epoch, indexed with 32-bit integers"),
+        check=in_range(1, MAX_TRAIN_SUBSET, TRAIN_SUBSET_REASON),
         optional=True,
     )
     quick: bool = setting(

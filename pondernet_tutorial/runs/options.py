@@ -150,6 +150,7 @@ def between(low: float, high: float, closed: str = "neither") -> Check:
 MAX_BATCH = 65536  # samples per batch: activations grow with batch x steps x width
 BATCH_REASON = "samples per batch; activations grow with batch x steps x width"
 MAX_TRAIN_SUBSET = 2**31 - 1  # samples per epoch: the data loaders index them with 32-bit integers
+TRAIN_SUBSET_REASON = "samples per epoch, indexed with 32-bit integers"
 MAX_EPOCHS = 10000  # training time
 EPOCHS_REASON = "training time"
 MAX_PARAMETERS = 200_000_000  # a model's weights: 800 MB in float32, 25 times the largest model of the book
