@@ -247,20 +247,12 @@ def test_a_path_or_size_the_file_system_cannot_take_is_one_line(tmp_path, capsys
     assert not any(path.is_dir() for path in tmp_path.iterdir())
 
 
-def _maximize(checkpoint):
-    checkpoint["optimizer_states"][0]["param_groups"][0]["maximize"] = True
-
-
 def _no_state(checkpoint):
     checkpoint["optimizer_states"][0]["state"] = {}
 
 
 def _no_optimizer(checkpoint):
     checkpoint["optimizer_states"] = []
-
-
-def _text_rate(checkpoint):
-    checkpoint["optimizer_states"][0]["param_groups"][0]["lr"] = "fast"
 
 
 def _each_state(change):
@@ -278,10 +270,10 @@ def _epoch_counter(checkpoint):
 
 
 FORGERIES = {
-    "maximize": _maximize,
+    "maximize": _group(maximize=True),
     "empty state": _no_state,
     "no optimizer": _no_optimizer,
-    "text rate": _text_rate,
+    "text rate": _group(lr="fast"),
     # found by the re-check: each resumed silently, or crashed in a traceback on every rerun
     "step count": _each_state(lambda v: v.update(step=torch.tensor(3.0))),
     "negative step": _each_state(lambda v: v.update(step=torch.tensor(-1.0))),
