@@ -25,7 +25,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from .untrusted import CheckpointError, DamagedFileError, open_regular
+from .untrusted import NOT_THERE, CheckpointError, DamagedFileError, open_regular
 
 CHECKPOINT_OVERHEAD = 64 * 2**20  # a checkpoint's counters, callback states and history, besides weights
 
@@ -51,7 +51,7 @@ def read_checkpoint_file(path, max_bytes: int) -> dict:
     """
     try:
         file = open_regular(path, max_bytes, follow_links=False)
-    except (DamagedFileError, FileNotFoundError) as error:  # not a regular file, too big, or gone
+    except (*NOT_THERE, DamagedFileError) as error:  # not a regular file, too big, or gone
         raise CheckpointError(f"{path} cannot be read ({error.strerror or error}).") from None
     # any other OSError (an I/O error, no permission) says nothing of the file: it is raised as it is,
     # and so is one of the one read below; the archive is then read from memory, where zipfile cannot

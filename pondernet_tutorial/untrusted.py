@@ -20,9 +20,11 @@ from pathlib import Path
 MAX_READ_BYTES = 64 * 2**20  # metadata.json, study.json, locks: a few kB; a bigger file is damaged
 
 
-# errors of a read that say nothing of the file read, but of the device or the network file system: raised
-# as they are, never taken for a damaged file (which the run machinery would then delete and redo)
-READ_FAILURES = frozenset({errno.EIO, errno.ENOMEM, errno.EAGAIN, errno.EINTR, errno.ETIMEDOUT, errno.ESTALE})
+# The answers of a read that are verdicts on the file: it is not there (a missing file or folder), or it
+# is not a file the package wrote (DamagedFileError). Any other OSError (no permission, an I/O error of a
+# disk or a network file system) says nothing of the file: it is raised as it is, never taken for a
+# damaged file, which the run machinery would then delete and make again.
+NOT_THERE = (FileNotFoundError, NotADirectoryError)
 
 
 class DamagedFileError(OSError):
@@ -167,8 +169,9 @@ def read_table(
         except DamagedFileError:
             raise
         except OSError as error:
-            if error.errno in READ_FAILURES:
-                raise  # the device failed: says nothing of the table
+            if error.errno is not None:
+                raise  # the system's error (an I/O error): says nothing of the table
+            # a damaged gzip header (BadGzipFile), pandas' own errors: no errno
             raise damaged_table(path, " ".join(str(error).split())[:200]) from None
         except (ValueError, EOFError, zlib.error, pd.errors.ParserError) as error:
             # a UnicodeDecodeError and an empty file's EmptyDataError are ValueErrors; a damaged deflate
@@ -205,13 +208,11 @@ def nested_deeper_than(value, limit: int = MAX_DEPTH) -> bool:
 
 def read_json(path: str | os.PathLike, follow_links: bool = True) -> dict | None:
     """The JSON object in ``path``; ``None`` if the file is missing, empty, damaged, not a regular file
-    (or, without ``follow_links``, a link), too big, or nested more than :data:`MAX_DEPTH` deep. A read
-    that the device fails (:data:`READ_FAILURES`) is raised: it says nothing of the record."""
+    (or, without ``follow_links``, a link), too big, or nested more than :data:`MAX_DEPTH` deep. Any
+    other error of the read (no permission, an I/O error) is raised: it says nothing of the record."""
     try:
         data = json.loads(read_regular(path, follow_links=follow_links).decode("utf-8"))
-    except OSError as error:
-        if error.errno in READ_FAILURES:  # the device failed: no verdict on the record (raised)
-            raise
+    except (*NOT_THERE, DamagedFileError):
         return None
     except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return None

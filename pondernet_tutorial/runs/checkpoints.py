@@ -23,6 +23,7 @@ import torch
 
 from ..untrusted import (
     MAX_DEPTH,
+    NOT_THERE,
     CheckpointError,  # noqa: F401 (raised here, caught by its callers)
     DamagedFileError,
     nested_deeper_than,
@@ -107,7 +108,8 @@ def read_header(path: Path) -> tuple[dict, bytes]:
                 f"values nested at most {MAX_DEPTH} deep."
             )
         return hparams, data
-    except (DamagedFileError, OSError) as error:
+    except (*NOT_THERE, DamagedFileError) as error:  # any other OSError (no permission, an I/O error)
+        # says nothing of the file: raised as it is, so that no finished run is taken for a damaged one
         raise CheckpointError(
             f"{path} is not a model file ({error.strerror or error}): give the {WEIGHTS} file of a run."
         ) from None

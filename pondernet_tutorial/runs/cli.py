@@ -302,7 +302,17 @@ def main(argv=None) -> int:
             )
             return 2
         if not is_write_refusal(error):
-            raise
+            if error.errno is None:
+                raise
+            # the system's failure (an I/O error of a disk or a network file system): nothing was taken
+            # for a damaged file, so nothing was deleted
+            where = error.filename or _destination(args)
+            print(
+                f"error: could not read {where} ({error.strerror or error}): its files are kept as they "
+                "are; run the same command again once the disk answers.",
+                file=sys.stderr,
+            )
+            return 1
         if isinstance(error, WriteFailedError):
             line = error
         else:  # a write that names no file (Lightning's, a library's): the folder the user chose

@@ -1,0 +1,171 @@
+"""Round 7 of attacks on the run machinery, each confirmed before its fix.
+
+Each test failed on the code before its fix (the break is named in its docstring).
+"""
+
+import errno
+
+import pytest
+import test_faults
+import test_resume
+import test_untrusted_runs
+import torch
+from test_faults import tiny_study  # noqa: F401 (a fixture, used by name)
+from test_round6 import stopped  # noqa: F401 (a fixture, used by name)
+
+from pondernet_tutorial import untrusted
+from pondernet_tutorial.runs import cli
+from pondernet_tutorial.runs.build import make_datamodule, make_module
+from pondernet_tutorial.runs.config import WEIGHTS
+from pondernet_tutorial.runs.resume import trained_weights
+from pondernet_tutorial.runs.training import RunExistsError, train
+from pondernet_tutorial.untrusted import read_json, read_table
+
+REFUSALS = {  # errors of the system, not verdicts on a file: a read the permissions or the disk refuse
+    "no permission": lambda path=None: PermissionError(errno.EACCES, "Permission denied", path),
+    "an I/O error": lambda path=None: OSError(errno.EIO, "Input/output error", path),
+}
+
+
+def _refuse_open(monkeypatch, name: str, error) -> list:
+    """Every open of a file called ``name`` through :func:`untrusted.open_regular` raises ``error(path)``;
+    the list returned records each refusal."""
+    real, refused = untrusted.open_regular, []
+
+    def refusing(path, *args, **kwargs):
+        if str(path).endswith(name):
+            refused.append(path)
+            raise error(str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(untrusted, "open_regular", refusing)
+    return refused
+
+
+@pytest.mark.parametrize("refusal", REFUSALS)
+def test_a_refused_read_of_resume_json_keeps_the_unfinished_run(stopped, monkeypatch, refusal):  # noqa: F811
+    """resume.json that the permissions refuse to open says nothing of the run: the error is raised,
+    and the next call continues from the last epoch. (Before, read_json took a permission error for a
+    missing record: train() deleted the unfinished run and trained it from epoch 0.)"""
+    with monkeypatch.context() as patch:
+        refused = _refuse_open(patch, "resume.json", REFUSALS[refusal])
+        with pytest.raises(OSError):
+            train(stopped)
+        assert refused
+    assert (stopped.run_dir / "checkpoints" / "last.ckpt").is_file()
+    started = []
+    test_resume.stop_at_epoch(monkeypatch, -1, started)
+    _, metadata = train(stopped)
+    assert started == [2, 3] and metadata["resumed"]
+
+
+@pytest.mark.parametrize("name", ["metadata.json", WEIGHTS])
+@pytest.mark.parametrize("refusal", REFUSALS)
+def test_a_refused_read_of_a_finished_run_keeps_its_model(tmp_path, monkeypatch, name, refusal):
+    """A finished run whose metadata.json or model file cannot be read for a reason of the system (no
+    permission, an I/O error) is kept as it is: the error is raised, nothing is trained or deleted.
+    (Before, either read came back as a damaged run, "training it again": the finished model was
+    deleted and trained anew, and with no permission the warning called the run damaged.)"""
+    config = test_faults.tiny(tmp_path)
+    train(config)
+    model = (config.run_dir / WEIGHTS).read_bytes()
+    with monkeypatch.context() as patch:
+        refused = _refuse_open(patch, name, REFUSALS[refusal])
+        with pytest.raises(OSError) as raised:
+            train(config)
+        assert refused and not isinstance(raised.value, untrusted.DamagedFileError)
+    assert (config.run_dir / WEIGHTS).read_bytes() == model
+    with pytest.raises(RunExistsError):
+        train(config)
+
+
+def test_read_json_says_no_record_only_of_the_record(tmp_path, monkeypatch):
+    """None means "no record here": a missing file, a link, a file that is not JSON. A read that the
+    system refuses is raised (before: None for a permission error)."""
+    assert read_json(tmp_path / "missing.json") is None
+    assert read_json(tmp_path / "no-folder" / "record.json") is None
+    (tmp_path / "record.json").write_text("{not json")
+    assert read_json(tmp_path / "record.json") is None
+    (tmp_path / "record.json").write_text('{"a": 1}')
+    (tmp_path / "link.json").symlink_to(tmp_path / "record.json")
+    assert read_json(tmp_path / "link.json", follow_links=False) is None
+    assert read_json(tmp_path / "link.json") == {"a": 1}
+    for refusal in REFUSALS.values():
+        with monkeypatch.context() as patch:
+            _refuse_open(patch, "record.json", refusal)
+            with pytest.raises(OSError) as raised:
+                read_json(tmp_path / "record.json")
+            assert raised.value.errno == refusal().errno
+
+
+@pytest.mark.parametrize("refusal", REFUSALS)
+def test_a_refused_read_of_a_table_is_raised_as_it_is(tmp_path, monkeypatch, refusal):
+    """A table whose read the system refuses is not called "not a readable table" (which the run
+    machinery answers by making it again): the error is raised as it is."""
+    (tmp_path / "table.csv").write_text("a,b\n1,2\n")
+    real = untrusted._Capped.read
+
+    def refusing(self, *args):
+        raise REFUSALS[refusal]()
+
+    monkeypatch.setattr(untrusted._Capped, "read", refusing)
+    with pytest.raises(OSError) as raised:
+        read_table(tmp_path / "table.csv")
+    assert not isinstance(raised.value, untrusted.DamagedFileError)
+    monkeypatch.setattr(untrusted._Capped, "read", real)
+    assert read_table(tmp_path / "table.csv").shape == (1, 2)
+
+
+def test_the_command_line_says_a_failed_read_in_one_line(tmp_path, monkeypatch, capsys, tiny_study):  # noqa: F811
+    """An I/O error reading a finished run's model file ends the command with one line that names the
+    file and says that the files are kept (before: the run was taken for a damaged one, deleted and
+    trained again)."""
+    argv = ["reproduce", "--study", "faults", "--quick", "--output-dir", str(tmp_path)]
+    assert cli.main(argv) == 0
+    models = {path: path.read_bytes() for path in tmp_path.rglob(WEIGHTS)}
+    capsys.readouterr()
+    _refuse_open(monkeypatch, WEIGHTS, REFUSALS["an I/O error"])
+    code = cli.main([*argv, "--reevaluate"])  # the model is read again
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert WEIGHTS in err and "Input/output error" in err and "kept" in err
+    assert len(models) == 2 and all(path.read_bytes() == data for path, data in models.items())
+
+
+@pytest.mark.parametrize("method", ["pondernet", "act", "fixed", "hrm", "trm"])
+def test_adam_state_must_cover_exactly_the_weights_a_step_trains(tmp_path, monkeypatch, capsys, method):
+    """Adam's state deleted for one weight of last.ckpt made the resumed run restart Adam for that weight
+    (its moments and step count from zero) without a word: the run then differed from the one trained
+    in one go. The weights with state must be those a training step gives a gradient, which depend on
+    the method (FixedSteps never trains its halting head): each method's own run still resumes, and the
+    forged one is trained again in one line. (Before: the forged checkpoint resumed.)"""
+    config = test_untrusted_runs.stopped_run(tmp_path / "kept", monkeypatch, method=method)
+    started = []
+    test_resume.stop_at_epoch(monkeypatch, -1, started)
+    _, metadata = train(config)
+    assert started == [2, 3] and metadata["resumed"]
+    monkeypatch.undo()
+
+    config = test_untrusted_runs.stopped_run(tmp_path / "forged", monkeypatch, method=method)
+
+    def one_weight_fewer(checkpoint):
+        state = checkpoint["optimizer_states"][0]["state"]
+        del state[max(state)]
+
+    test_untrusted_runs.edit_last(config, one_weight_fewer)
+    test_untrusted_runs.resumes_again(config, capsys, "Adam's state for other weights than a step trains")
+
+
+def test_finding_the_trained_weights_changes_nothing(tmp_path):
+    """The forward and backward pass that finds the trained weights leaves the module (its weights,
+    gradients and mode) and the random state as they were."""
+    config = test_faults.tiny(tmp_path, experiment="mnist-interpolation", quick=True)
+    module, datamodule = make_module(config), make_datamodule(config)
+    datamodule.setup("fit")
+    module.model.eval()
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    rng = torch.random.get_rng_state()
+    assert trained_weights(module, datamodule) == set(range(len(list(module.parameters()))))
+    assert not module.model.training and all(p.grad is None for p in module.parameters())
+    assert all(torch.equal(v, before[k]) for k, v in module.state_dict().items())
+    assert torch.equal(torch.random.get_rng_state(), rng)
