@@ -9,6 +9,7 @@ are checked, and the earlier processes' history (:func:`read_history`) holds its
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import stat
@@ -283,8 +284,8 @@ def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -
         for i, values in state.items()
     ):
         raise CheckpointError("its optimizer state is not Adam's for this model's weights")
-    if not state:  # an epoch was trained: Adam's moments are there (an empty state would reset them)
-        raise CheckpointError("its optimizer state is empty, though it trained an epoch")
+    if set(state) != trained_weights(module, datamodule):  # (a weight without state restarts Adam's)
+        raise CheckpointError("its optimizer holds Adam's state for other weights than a step trains")
     steps = {float(values["step"]) for values in state.values()}
     if steps != {float(checkpoint.get("global_step", -1))}:  # every weight stepped at every update
         raise CheckpointError("its optimizer's step counts are not its number of updates")
@@ -300,6 +301,20 @@ def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -
     for schedule in checkpoint.get("lr_schedulers") or []:
         _check_plateau_schedule(schedule, module.hparams, epochs)
     return history
+
+
+def trained_weights(module, datamodule) -> set[int]:
+    """The indices (in ``module.parameters()``) of the weights that a training step gives a gradient,
+    found by one forward and backward pass of a copy of the model on two validation samples: Adam keeps
+    state for exactly these (every weight, but a halting head that the method never trains, as
+    FixedSteps's). The module itself and the random state are left as they were."""
+    model = copy.deepcopy(module.model).train()  # batch-norm statistics and gradients move in the copy
+    index = {name: i for i, (name, _) in enumerate(module.named_parameters())}
+    devices = [p.device for p in model.parameters() if p.device.type == "cuda"][:1]
+    with torch.random.fork_rng(devices=devices):
+        x, y = (t[:2].to(module.device) for t in next(iter(datamodule.val_dataloader()))[:2])
+        model.loss(model(x), y)["loss"].backward()
+    return {index[f"model.{name}"] for name, p in model.named_parameters() if p.grad is not None}
 
 
 def _check_plateau_schedule(schedule, hparams, epochs: int) -> None:
