@@ -243,27 +243,26 @@ def idea_figure(inputs=None):
     return fig
 
 
-def count_macs(module, run) -> int:
-    """Multiply-accumulates of the ``Conv2d`` and ``Linear`` layers of ``module`` while ``run()`` runs
-    (a batch of one), counted with forward hooks."""
-    from torch import nn
+def count_macs(run) -> int:
+    """Multiply-accumulates of every linear map and 2-D convolution that ``run()`` computes (a batch of
+    one), counted where PyTorch's functions are called: an ``nn.Linear`` layer and a step's own
+    ``F.linear`` on part of a weight alike."""
+    from torch.nn import functional as F
+    from torch.overrides import TorchFunctionMode
 
     total = 0
 
-    def hook(layer, inputs, output):
-        nonlocal total
-        if isinstance(layer, nn.Conv2d):  # every output value: k_h · k_w · C_in / groups MACs
-            per_output = layer.kernel_size[0] * layer.kernel_size[1] * layer.in_channels // layer.groups
-            total += output[0].numel() * per_output
-        else:  # nn.Linear: in · out
-            total += layer.in_features * layer.out_features
+    class Count(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            nonlocal total
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if func in (F.linear, F.conv2d):
+                weight = args[1] if len(args) > 1 else kwargs["weight"]
+                # each output value takes one row of the weight: in MACs, or C_in · k_h · k_w
+                total += out.numel() * weight[0].numel()
+            return out
 
-    layers = [m for m in module.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
-    handles = [layer.register_forward_hook(hook) for layer in layers]
-    try:
-        with torch.no_grad():
-            run()
-    finally:
-        for handle in handles:
-            handle.remove()
+    with torch.no_grad(), Count():
+        run()
     return total

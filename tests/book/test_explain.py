@@ -89,8 +89,23 @@ def test_count_macs_by_hand():
     net = nn.Sequential(nn.Conv2d(1, 2, kernel_size=3), nn.Flatten(), nn.Linear(2 * 4 * 4, 5))
     x = torch.zeros(1, 1, 6, 6)
     # conv: 2 · 4 · 4 outputs × 3 · 3 · 1 MACs each; linear: 32 × 5
-    assert explain.count_macs(net, lambda: net(x)) == 2 * 4 * 4 * 9 + 32 * 5
-    assert not net[0]._forward_hooks  # the hooks are removed
+    assert explain.count_macs(lambda: net(x)) == 2 * 4 * 4 * 9 + 32 * 5
+
+
+def test_count_macs_counts_a_linear_map_that_no_layer_makes():
+    """MNISTStep's step applies part of its first layer's weight with F.linear, W_h h: 64 × 64 MACs
+    that hooks on the layers never saw (before: 4,800 MACs a step, not 8,896, and the embedding's
+    count lacked its share of the first layer, W_e e)."""
+    from pondernet_tutorial import MNISTStep
+
+    step, x = MNISTStep().eval(), torch.zeros(1, 1, 28, 28)
+    context = step.encode(x)
+    h = step.initial_state(context)
+    # W_h h, then the second layer (64 × 64), the output head (64 × 10) and the halting head (64 × 1)
+    assert explain.count_macs(lambda: step.step(context, h)) == 64 * 64 + 64 * 64 + 64 * 10 + 64
+    # the CNN's trunk, its Linear(320, 64), and W_e e (64 × 64)
+    trunk = explain.count_macs(lambda: step.embedding.net[:-3](x))
+    assert explain.count_macs(lambda: step.encode(x)) == trunk + 320 * 64 + 64 * 64
 
 
 def test_the_sliders_cell_is_never_executed_by_the_build():
