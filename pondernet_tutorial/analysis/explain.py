@@ -266,3 +266,12 @@ def count_macs(run) -> int:
     with torch.no_grad(), Count():
         run()
     return total
+
+
+def naive_halting_distribution(lambda_logits):
+    """p_n = λ_n ∏_{j<n} (1 − λ_j) computed directly, as a float32 product, ``(N, B)``: the way that
+    fails (chapter 3, and the popular implementations), never the package's (``log_halting_distribution``)."""
+    lam = torch.sigmoid(lambda_logits)
+    lam = torch.cat([lam[:-1], torch.ones_like(lam[-1:])])  # λ_N = 1
+    survival = torch.cumprod(1 - lam, dim=0)
+    return lam * torch.cat([torch.ones_like(lam[:1]), survival[:-1]])

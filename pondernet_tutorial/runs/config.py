@@ -177,7 +177,7 @@ class TrainConfig:
     method: str = setting(
         str,
         "pondernet",
-        "halting method: pondernet, act (Adaptive Computation Time) or fixed (always --max-steps steps)",
+        "halting method: pondernet, act (Adaptive Computation Time), fixed (always --max-steps steps), hrm or trm (their halting heads)",
         choices=lambda: tuple(METHODS),
     )
     seed: int = setting(

@@ -70,7 +70,7 @@ def expected_results() -> tuple[list[str], dict[str, bool]]:
     one = baselines[(baselines["set"] == "rot0") & (baselines["max_steps"] == 1)]
     one = one.groupby("variant")["accuracy"].mean().max()
     numbers += [pct(mnist["accuracy"].mean()), f"{mnist['expected_steps'].mean():.1f}", pct(one)]
-    numbers.append(f"{mnist['spearman_steps_entropy'].mean():.2f}".replace("-", "−"))
+    numbers.append(span(mnist["spearman_steps_entropy"].min(), mnist["spearman_steps_entropy"].max()))
     holds["MNIST: the three seeds agree"] = (
         len(mnist) == 3 and mnist["accuracy"].max() - mnist["accuracy"].min() <= RULES.margin
     )
