@@ -52,6 +52,29 @@ class StopOnNonFinite(Callback):
             )
 
 
+class StayStopped(Callback):
+    """End a run resumed from the checkpoint of the epoch at which early stopping fired (a run killed
+    after its last epoch, before its files were written), as the run itself ended: Lightning saves
+    the callback's reason (``stopping_reason``) but not the Trainer's decision to stop, and would
+    train another epoch."""
+
+    def on_train_start(self, trainer, pl_module):
+        reason = getattr(trainer.early_stopping_callback, "stopping_reason", None)  # Lightning >= 2.5
+        if reason is not None and reason.name != "NOT_STOPPED":
+            trainer.should_stop = True
+
+
+def early_stopping(
+    patience: int | None, stop_at_val_acc: float | None, max_epochs: int
+) -> EarlyStopping | None:
+    """The early stopping that :func:`fit` adds (none without ``patience`` or ``stop_at_val_acc``)."""
+    if not (patience or stop_at_val_acc):
+        return None
+    return EarlyStopping(
+        "val/acc", mode="max", patience=patience or max_epochs, stopping_threshold=stop_at_val_acc
+    )
+
+
 def mode(metric: str) -> str:
     """How ``ModelCheckpoint`` ranks epochs by ``metric``: a name ending in ``loss`` is minimised."""
     return "min" if metric.endswith("loss") else "max"
@@ -129,12 +152,8 @@ def fit(
     check_arguments(datamodule, max_epochs, patience, stop_at_val_acc)
     best = best or FolderCheckpoint(filename="best", monitor=select_by, mode=mode(select_by))
     callbacks = [best, *callbacks, StopOnNonFinite()]
-    if patience or stop_at_val_acc:
-        callbacks.append(
-            EarlyStopping(
-                "val/acc", mode="max", patience=patience or max_epochs, stopping_threshold=stop_at_val_acc
-            )
-        )
+    if (stopping := early_stopping(patience, stop_at_val_acc, max_epochs)) is not None:
+        callbacks += [stopping, StayStopped()]
     plugins = [checkpoint_io or CheckedCheckpointIO(checkpoint_bound(module))]
     trainer = L.Trainer(max_epochs=max_epochs, callbacks=callbacks, plugins=plugins, **trainer_options)
     trained = fast_module(module, trainer, fast)  # module itself, or on a GPU its graphed step

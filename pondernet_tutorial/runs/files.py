@@ -90,10 +90,28 @@ def is_out_of_memory(error: BaseException) -> bool:
     )
 
 
+# what a failure of the device says of itself (CUDA's, cuDNN's, cuBLAS's and NCCL's errors, an ECC error,
+# a device-side assert): RuntimeErrors, as a damaged checkpoint's are
+DEVICE_FAILURES = ("cuda error", "cudnn", "cublas", "nccl", "ecc error", "device-side assert", "hip error")
+
+
+def is_device_failure(error: BaseException) -> bool:
+    """Whether ``error`` is the accelerator's failure (``torch.AcceleratorError`` where PyTorch has it,
+    else a ``RuntimeError`` that says so, :data:`DEVICE_FAILURES`), not a verdict on a file."""
+    accelerator = type(error).__name__ == "AcceleratorError"  # PyTorch >= 2.8; not imported here
+    text = str(error).lower()
+    return accelerator or (isinstance(error, RuntimeError) and any(word in text for word in DEVICE_FAILURES))
+
+
 def says_nothing_of_files(error: BaseException) -> bool:
-    """Whether ``error`` is the machine's (out of memory, an I/O error, no permission) rather than a
-    verdict on the files being read (:class:`~pondernet_tutorial.untrusted.DamagedFileError`)."""
-    return is_out_of_memory(error) or (isinstance(error, OSError) and not isinstance(error, DamagedFileError))
+    """Whether ``error`` is the machine's (out of memory, a failure of the device, an I/O error, no
+    permission) rather than a verdict on the files being read
+    (:class:`~pondernet_tutorial.untrusted.DamagedFileError`)."""
+    return (
+        is_out_of_memory(error)
+        or is_device_failure(error)
+        or (isinstance(error, OSError) and not isinstance(error, DamagedFileError))
+    )
 
 
 def _temp_name(path: Path) -> Path:

@@ -62,14 +62,16 @@ class RunCheckpointIO(CheckedCheckpointIO):
     (:func:`read_checkpoint`) and checked to be this very run's (:func:`check_last_checkpoint`) before
     Lightning restores anything: a refusal is a :class:`CheckpointError`, and ``train()`` starts over."""
 
-    def __init__(self, max_bytes: int, run_dir: Path, module, datamodule):
+    def __init__(self, max_bytes: int, run_dir: Path, module, datamodule, stopping=lambda: None):
         super().__init__(max_bytes)
         self.run_dir, self.module, self.datamodule = run_dir, module, datamodule
+        self.stopping = stopping  # a new EarlyStopping as fit() builds it for the run, or None
 
     def load_checkpoint(self, path, map_location=None, weights_only=True) -> dict:
         checkpoint = read_checkpoint(path, self.run_dir / "checkpoints")
         history = check_last_checkpoint(checkpoint, self.run_dir, self.module, self.datamodule)
         replay_plateau_step(checkpoint, history[checkpoint["epoch"]])
+        replay_early_stopping(checkpoint, history, self.stopping())
         return checkpoint
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
@@ -399,6 +401,32 @@ def _check_adam_settings(groups, lr: float, n_parameters: int) -> None:
     rate = _number(group.get("lr"))
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= lr:
         raise CheckpointError(f"its learning rate {rate!r} is not in (0, {lr:g}], the run's")
+
+
+def replay_early_stopping(checkpoint: dict, history: list[dict], stopping) -> None:
+    """Give ``checkpoint`` the early-stopping state that ``stopping`` (a new ``EarlyStopping``, as
+    :func:`~pondernet_tutorial.fitting.fit` builds it for the run; ``None`` for a run without one)
+    reaches over the history's validation accuracies up to the checkpoint's epoch, Lightning's own
+    rule applied again. The saved state is data that Lightning restores as it is: a forged one (a
+    patience of 0, a best score of three values) would end the run early or break every resume."""
+    states = checkpoint.get("callbacks")
+    if not isinstance(states, dict):
+        raise CheckpointError("it does not hold its callbacks' states")
+    for key in [k for k in states if str(k).startswith("EarlyStopping")]:
+        del states[key]
+    if stopping is None:
+        return
+    last = checkpoint["epoch"]  # within the history (check_last_checkpoint)
+    for epoch, row in enumerate(history[: last + 1]):
+        accuracy = row.get("val/acc")
+        if not isinstance(accuracy, float):
+            raise CheckpointError(f"its history holds no validation accuracy for epoch {epoch}")
+        stop, reason = stopping._evaluate_stopping_criteria(torch.tensor(accuracy))
+        if stop:  # as EarlyStopping._run_early_stopping_check records it
+            stopping.stopped_epoch, stopping.stopping_reason_message = epoch, reason
+            if epoch < last:
+                raise CheckpointError(f"its history stopped early at epoch {epoch}, before its last.ckpt's")
+    states[stopping.state_key] = stopping.state_dict()
 
 
 def resumable(run_dir: Path, identity: dict, datamodule) -> bool:

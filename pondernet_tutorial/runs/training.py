@@ -31,7 +31,7 @@ from lightning.pytorch.callbacks import Callback
 
 from ..checkpointing import FolderCheckpoint, checkpoint_bound
 from ..fast_path import GraphedPonderLitModule
-from ..fitting import fit, mode
+from ..fitting import early_stopping, fit, mode
 from .build import (
     check_fits_data,
     check_logger_available,
@@ -267,7 +267,15 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
                     # in the epochs that improve the best): what a resumed run reads
                     callbacks=[FolderCheckpoint(checkpoints, LAST, enable_version_counter=False), clock],
                     logger=(loggers := make_loggers(config, run_dir / "logs")),
-                    checkpoint_io=RunCheckpointIO(checkpoint_bound(module), run_dir, module, datamodule),
+                    checkpoint_io=RunCheckpointIO(
+                        checkpoint_bound(module),
+                        run_dir,
+                        module,
+                        datamodule,
+                        stopping=lambda: early_stopping(
+                            config.early_stopping_patience, config.stop_at_val_acc or None, config.epochs
+                        ),
+                    ),
                     **trainer_options(config),
                 )
                 break

@@ -14,7 +14,7 @@ from test_faults import tiny_study  # noqa: F401 (a fixture, used by name)
 from test_round6 import stopped  # noqa: F401 (a fixture, used by name)
 
 from pondernet_tutorial import untrusted
-from pondernet_tutorial.runs import cli
+from pondernet_tutorial.runs import cli, training
 from pondernet_tutorial.runs.build import make_datamodule, make_module
 from pondernet_tutorial.runs.config import WEIGHTS
 from pondernet_tutorial.runs.resume import trained_weights
@@ -169,3 +169,81 @@ def test_finding_the_trained_weights_changes_nothing(tmp_path):
     assert not module.model.training and all(p.grad is None for p in module.parameters())
     assert all(torch.equal(v, before[k]) for k, v in module.state_dict().items())
     assert torch.equal(torch.random.get_rng_state(), rng)
+
+
+class _Killed(BaseException):
+    """A kill: nothing after it runs, as a SIGKILL leaves the folder."""
+
+
+@pytest.mark.parametrize("stop", [{"stop_at_val_acc": 0.01}, {"early_stopping_patience": 1}])
+def test_a_run_killed_after_early_stopping_resumes_to_the_same_run(tmp_path, monkeypatch, stop):
+    """A run that early stopping ended, killed while it wrote its model file, is resumed from the last
+    epoch's last.ckpt: it ends there, as the run did. (Before, Lightning restored the callback's reason
+    to stop but not the Trainer's decision, and trained another epoch: a different run, its best epoch
+    and weights changed.)"""
+    options = {**stop, "select_by": "epoch"}  # the last epoch's weights: another epoch changes them
+    whole, whole_meta = train(test_resume.tiny(tmp_path / "whole", **options))
+    assert whole_meta["stopped_by"] != "max_epochs"
+    config = test_resume.tiny(tmp_path / "parts", **options)
+    with monkeypatch.context() as patch:
+        patch.setattr(training, "save_weights", lambda *a, **k: (_ for _ in ()).throw(_Killed()))
+        with pytest.raises(_Killed):
+            train(config)
+    parts, meta = train(config)
+    assert meta["resumed"] and meta["epochs_run"] == whole_meta["epochs_run"]
+    assert meta["stopped_by"] == whole_meta["stopped_by"] and meta["best_epoch"] == whole_meta["best_epoch"]
+    assert all(torch.equal(a, b) for a, b in zip(whole.state_dict().values(), parts.state_dict().values()))
+
+
+@pytest.mark.parametrize(
+    "forge",
+    [
+        {"best_score": torch.tensor([0.5, 0.5, 0.5])},  # (before: every resume ended in a traceback)
+        {"patience": 0, "wait_count": 10**6},  # (before: stopped after one more epoch, 'patience_exhausted')
+    ],
+    ids=["three best scores", "patience 0"],
+)
+def test_a_forged_early_stopping_state_is_replayed_from_the_history(stopped, monkeypatch, forge):  # noqa: F811
+    """last.ckpt's EarlyStopping state is data that Lightning restores as it is; the resumed run takes
+    the state that Lightning's own rule reaches over the run's history instead, and trains as the run
+    trained in one go."""
+    test_untrusted_runs.edit_last(
+        stopped,
+        lambda c: next(
+            state.update(forge) for key, state in c["callbacks"].items() if key.startswith("EarlyStopping")
+        ),
+    )
+    started = []
+    test_resume.stop_at_epoch(monkeypatch, -1, started)
+    _, metadata = train(stopped)
+    assert started == [2, 3] and metadata["resumed"] and metadata["stopped_by"] == "max_epochs"
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        RuntimeError("CUDA error: uncorrectable ECC error encountered"),
+        RuntimeError("NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error"),
+        type("AcceleratorError", (RuntimeError,), {})("device lost"),
+    ],
+    ids=["ECC", "NCCL", "AcceleratorError"],
+)
+def test_a_failure_of_the_device_while_resuming_keeps_the_unfinished_run(stopped, monkeypatch, failure):  # noqa: F811
+    """A CUDA, ECC or NCCL error while Lightning restores an unfinished run (here: as it moves Adam's
+    state to the device) says nothing of the run: it is raised, the folder is kept, and the next call
+    continues. (Before, any RuntimeError of the restore was "Lightning could not restore it": the run
+    was deleted and trained from epoch 0.)"""
+    from lightning.pytorch.trainer.connectors import checkpoint_connector
+
+    connector = checkpoint_connector._CheckpointConnector
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            connector, "restore_optimizers_and_schedulers", lambda self: (_ for _ in ()).throw(failure)
+        )
+        with pytest.raises(RuntimeError):
+            train(stopped)
+    assert (stopped.run_dir / "checkpoints" / "last.ckpt").is_file()
+    started = []
+    test_resume.stop_at_epoch(monkeypatch, -1, started)
+    _, metadata = train(stopped)
+    assert started == [2, 3] and metadata["resumed"]
