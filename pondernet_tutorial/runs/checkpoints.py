@@ -73,16 +73,17 @@ def save_weights(module: RunModule, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-def read_header(path: Path) -> tuple[dict, bytes]:
+def read_header(path: Path, follow_links: bool = True) -> tuple[dict, bytes]:
     """The hyperparameters in a model file's header, and the file's bytes, checked as a whole file
     without making any tensor: one open of a regular file of bounded size (:func:`read_regular`), a
     header within the file whose tensors cover the bytes after it exactly, and the weights counted.
+    ``follow_links=False``: the model file of a run folder, which a link must not lead out of.
 
     Raises:
         CheckpointError: one line on why the file is not a whole model file of this package's format.
     """
     try:
-        data = read_regular(path, MAX_WEIGHTS_BYTES)  # one open, checked, then read through it
+        data = read_regular(path, MAX_WEIGHTS_BYTES, follow_links)  # one open, checked, then read through it
         header, weights = _header(data)
         metadata = header.pop("__metadata__", None) or {}
         entries = [_entry(entry) for entry in header.values()]
@@ -261,7 +262,8 @@ def load_model(
     path = Path(path)
     if not os.path.lexists(path):
         raise CheckpointError(f"no model file at {path}; train one with `{command_name()} train`.")
-    hparams, data = read_header(path)
+    in_run = (path.parent / "metadata.json").exists()  # a run folder's model file: never through a link
+    hparams, data = read_header(path, follow_links=not in_run)
     try:  # safetensors checks again that the header covers the bytes exactly
         state = safetensors_load(data)
     except (SafetensorError, ValueError, TypeError) as error:
@@ -275,7 +277,7 @@ def load_model(
                 f"{path} is not a model file of this package: its {name} are "
                 f"{type(hparams[name]).__name__}, not a dictionary; train the run again."
             )
-    if (path.parent / "metadata.json").exists():  # a run folder
+    if in_run:
         metadata = read_json(path.parent / "metadata.json", follow_links=False)  # the run folder's own
         if metadata is None:
             raise CheckpointError(f"the metadata.json beside {path} is damaged: train the run again.")

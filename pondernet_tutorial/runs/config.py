@@ -649,12 +649,15 @@ def check_writable_folder(path: str | os.PathLike, what: str = "--output-dir", s
 
 
 def check_writable_file(path: str | os.PathLike, what: str = "--output") -> None:
-    """Refuse a file name that names a folder, lies in the shipped runs' folder, or whose folder is
-    missing or cannot be written."""
+    """Refuse a file name that names a folder, or anything but a regular file (a device such as
+    /dev/null, a FIFO: the file is written beside it and renamed onto it, which would replace it), lies
+    in the shipped runs' folder, or whose folder is missing or cannot be written."""
     check_not_shipped(path, what)
     path = Path(path).expanduser()
     if path.is_dir():
         raise ValueError(f"{what} {path} is a folder: give a file name, e.g. {path / 'per_sample.csv'}.")
+    if os.path.lexists(path) and not (path.is_symlink() or path.is_file()):
+        raise ValueError(f"{what} {path} is not a regular file (a device or a FIFO): give a file name.")
     folder = path.parent
     if not folder.is_dir():
         raise ValueError(f"{what} {path}: the folder {folder} does not exist; create it first.")

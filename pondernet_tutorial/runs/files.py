@@ -150,6 +150,11 @@ def atomic_file(path: str | os.PathLike, mode: str = "w", **open_options):
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_file writes a whole file: mode 'w' or 'wb', got {mode!r}.")
     path = Path(path)
+    if os.path.lexists(path) and not (path.is_symlink() or stat.S_ISREG(os.lstat(path).st_mode)):
+        # a device (/dev/null) or a FIFO: the rename below would replace it with a file
+        raise FileExistsError(
+            errno.EEXIST, f"{path} is not a regular file, and is never replaced by one", str(path)
+        )
     temp = _temp_name(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

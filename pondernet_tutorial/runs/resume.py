@@ -478,7 +478,7 @@ def completed_run(
         if identity is not None:  # a run of another configuration is never replaced silently
             check_same_identity(metadata["identity"], identity, f"the run in {run_dir}")
         try:
-            recorded = plain(read_header(run_dir / WEIGHTS)[0])
+            recorded = plain(read_header(run_dir / WEIGHTS, follow_links=False)[0])  # no link out of the run
             if recorded != plain(metadata.get("hparams")):
                 problem = f"its {WEIGHTS} is not the model that its metadata.json records"
             elif expected is not None and recorded != plain(dict(expected)):

@@ -247,3 +247,47 @@ def test_a_failure_of_the_device_while_resuming_keeps_the_unfinished_run(stopped
     test_resume.stop_at_epoch(monkeypatch, -1, started)
     _, metadata = train(stopped)
     assert started == [2, 3] and metadata["resumed"]
+
+
+def test_evaluate_never_replaces_a_device_or_a_fifo(tmp_path, capsys):
+    """`evaluate --output PATH` wrote beside PATH and renamed its file onto it: a FIFO or a device node
+    (as root, /dev/null itself) became a regular file. Now --output must name a regular file or a new
+    one (one line, exit 2), and no atomic write replaces anything but a file."""
+    import os
+    import stat
+
+    from pondernet_tutorial.runs.files import atomic_file
+
+    config = test_faults.tiny(tmp_path / "runs")
+    train(config)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    code = cli.main(["evaluate", "--checkpoint", str(config.run_dir), "--limit", "5", "--output", str(fifo)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "not a regular file" in err, err
+    with pytest.raises(FileExistsError, match="never replaced"):
+        with atomic_file(fifo) as handle:
+            handle.write("text")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and not list(tmp_path.glob(".fifo*"))
+
+
+def test_a_run_folders_model_file_is_never_read_through_a_link(tmp_path, capsys):
+    """A run's model.safetensors that is a link out of its folder was read where it leads: the run
+    counted as finished, and load_model loaded the outside file. Now, as for the run's other records,
+    the link is not followed: the run is trained again, and the outside file is left as it was."""
+    from pondernet_tutorial.runs.checkpoints import load_model
+    from pondernet_tutorial.runs.resume import completed_run
+    from pondernet_tutorial.untrusted import CheckpointError
+
+    config = test_faults.tiny(tmp_path / "runs")
+    train(config)
+    outside = tmp_path / "outside.safetensors"
+    (config.run_dir / WEIGHTS).rename(outside)
+    (config.run_dir / WEIGHTS).symlink_to(outside)
+    kept = outside.read_bytes()
+    with pytest.raises(CheckpointError, match="symbolic link"):
+        load_model(config.run_dir / WEIGHTS, config=config)
+    assert completed_run(config.run_dir, config.identity(), warn=False) is None
+    _, metadata = train(config)  # (before: RunExistsError, "already holds this trained run")
+    assert not (config.run_dir / WEIGHTS).is_symlink() and outside.read_bytes() == kept
+    assert metadata["epochs_run"] == 1
