@@ -97,15 +97,30 @@ MAX_COLUMNS = 1_000  # the package's tables have at most a few dozen; pandas spe
 class _Capped:
     """A binary reader that raises :class:`DamagedFileError` after ``cap`` bytes (a gzip bomb), at the
     first NUL byte, which no text table holds (a sparse or zeroed file reads as a table of none), or at
-    a header of more than :data:`MAX_COLUMNS` columns (a megabyte of commas takes gigabytes in pandas)."""
+    a line of more than :data:`MAX_COLUMNS` columns, the header or a row (a megabyte of commas takes
+    gigabytes in pandas: a row longer than the header becomes an index of one level per extra field)."""
 
     def __init__(self, raw, cap: int, path):
         self.raw, self.cap, self.path, self.count = raw, cap, path, 0
+        self.commas = 0  # in the line read so far
         # the header, read first, at most 256 bytes a column: kept for the first reads
         longest = 256 * MAX_COLUMNS
-        self.pending = self._counted(raw.readline(min(cap + 1, longest)))
-        if self.pending.count(b",") >= MAX_COLUMNS or len(self.pending) >= longest:
+        header = raw.readline(min(cap + 1, longest))
+        if header.count(b",") >= MAX_COLUMNS or len(header) >= longest:
             raise damaged_table(path, f"its header is longer than {MAX_COLUMNS:,} columns")
+        self.pending = self._counted(header)
+
+    def _widest_line(self, data: bytes) -> int:
+        """The most commas in a line of ``data``, the line that the last read left open included."""
+        import numpy as np
+
+        codes = np.frombuffer(data, np.uint8)
+        commas = np.cumsum(codes == ord(","))  # up to each byte
+        ends = commas[codes == ord("\n")]  # at each line's end
+        per_line = np.diff(ends, prepend=0, append=commas[-1] if len(commas) else 0)
+        per_line[0] += self.commas
+        self.commas = int(per_line[-1])  # the line left open
+        return int(per_line.max())
 
     def _pending(self, size: int) -> bytes:
         data, self.pending = self.pending[:size], self.pending[size:]
@@ -117,6 +132,8 @@ class _Capped:
             raise DamagedFileError(errno.EFBIG, f"{self.path} holds more than {self.cap:,} bytes of table")
         if b"\0" in data:
             raise damaged_table(self.path, "it holds NUL bytes, not text")
+        if self._widest_line(data) >= MAX_COLUMNS:
+            raise damaged_table(self.path, f"a row of it is longer than {MAX_COLUMNS:,} columns")
         return data
 
     def read(self, size: int = -1) -> bytes:
