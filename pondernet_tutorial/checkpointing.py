@@ -84,13 +84,57 @@ def read_checkpoint_file(path, max_bytes: int) -> dict:
 
 class CheckedCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint input and output, with every load made by :func:`read_checkpoint_file`
-    (saves are Lightning's own; the run machinery's subclass writes them whole beside their file)."""
+    (saves are Lightning's own; the run machinery's subclass writes them whole beside their file), and,
+    given the ``module`` it restores, checked to fit it (:func:`check_fits`)."""
 
-    def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
+    def __init__(self, max_bytes: int, module: torch.nn.Module | None = None):
+        self.max_bytes, self.module = max_bytes, module
 
     def load_checkpoint(self, path, map_location=None, weights_only=True) -> dict:
-        return read_checkpoint_file(path, self.max_bytes)
+        checkpoint = read_checkpoint_file(path, self.max_bytes)
+        if self.module is not None:
+            check_fits(checkpoint, self.module, path)
+        return checkpoint
+
+
+def check_fits(checkpoint: dict, module: torch.nn.Module, path) -> None:
+    """Raise :class:`CheckpointError` (one line) unless the checkpoint's weights are ``module``'s (the
+    same names and shapes) and, where the module's optimizer is the package's one Adam over its weights
+    in order, its moments have those weights' shapes. Lightning would restore either without a check,
+    and fail in a multi-line error there or at the first step."""
+    state = checkpoint.get("state_dict")
+    expected = {name: tuple(value.shape) for name, value in module.state_dict().items()}
+    found = (
+        {k: tuple(v.shape) for k, v in state.items() if torch.is_tensor(v)} if isinstance(state, dict) else {}
+    )
+    if found != expected or len(found) != len(state):
+        names = sorted(
+            set(found) ^ set(expected)
+            | {k for k in found.keys() & expected.keys() if found[k] != expected[k]}
+        )
+        raise CheckpointError(
+            f"{path} is not a checkpoint of this model: its weights differ in {', '.join(names[:3]) or 'kind'}"
+            f"{' and more' if len(names) > 3 else ''}."
+        )
+    from .lightning_module import PonderLitModule
+
+    if getattr(type(module), "configure_optimizers", None) is not PonderLitModule.configure_optimizers:
+        return  # another optimizer: its state's order is its own
+    shapes = [tuple(p.shape) for p in module.parameters()]
+    for optimizer in checkpoint.get("optimizer_states") or []:
+        moments = optimizer.get("state") if isinstance(optimizer, dict) else None
+        if not isinstance(moments, dict) or not all(
+            isinstance(i, int)
+            and 0 <= i < len(shapes)
+            and isinstance(values, dict)
+            and all(
+                tuple(v.shape) == shapes[i] for k, v in values.items() if k != "step" and torch.is_tensor(v)
+            )
+            for i, values in moments.items()
+        ):
+            raise CheckpointError(
+                f"{path} is not a checkpoint of this model: its optimizer's state is another model's."
+            )
 
 
 def _is_score(value) -> bool:
@@ -138,6 +182,7 @@ class FolderCheckpoint(ModelCheckpoint):
             return None
         checkpoint = read_checkpoint_file(self.best_model_path, checkpoint_bound(module))
         epoch = _epoch_of(checkpoint, self.best_model_path)
+        check_fits(checkpoint, module, self.best_model_path)
         module.load_state_dict(checkpoint["state_dict"])
         return epoch
 

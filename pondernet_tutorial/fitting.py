@@ -154,7 +154,7 @@ def fit(
     callbacks = [best, *callbacks, StopOnNonFinite()]
     if (stopping := early_stopping(patience, stop_at_val_acc, max_epochs)) is not None:
         callbacks += [stopping, StayStopped()]
-    plugins = [checkpoint_io or CheckedCheckpointIO(checkpoint_bound(module))]
+    plugins = [checkpoint_io or CheckedCheckpointIO(checkpoint_bound(module), module)]
     trainer = L.Trainer(max_epochs=max_epochs, callbacks=callbacks, plugins=plugins, **trainer_options)
     trained = fast_module(module, trainer, fast)  # module itself, or on a GPU its graphed step
     with training_threads(threads):

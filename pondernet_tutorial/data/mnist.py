@@ -242,10 +242,12 @@ class RotationSpec:
     def __post_init__(self):
         if self.mode not in ("exact", "uniform"):
             raise ValueError(f"rotation mode must be 'exact' or 'uniform', got {self.mode!r}.")
-        if not math.isfinite(self.degrees):
-            raise ValueError(f"a rotation's angle must be a finite number of degrees, got {self.degrees}.")
-        if self.mode == "uniform" and self.degrees < 0:
-            raise ValueError(f"a uniform rotation's half-range must be >= 0, got {self.degrees}.")
+        if not -360 <= self.degrees <= 360:  # (NaN too) one turn each way names every rotation
+            raise ValueError(f"a rotation's angle must lie in [-360, 360] degrees, got {self.degrees}.")
+        if self.mode == "uniform" and not 0 <= self.degrees <= 180:  # ±180° is every angle
+            raise ValueError(
+                f"a uniform rotation's half-range must lie in [0, 180] degrees, got {self.degrees}."
+            )
 
     @property
     def name(self) -> str:

@@ -155,10 +155,11 @@ def _check_values(state: dict, module, path: Path) -> None:
     for name, tensor in state.items():
         if name not in expected or not expected[name].is_floating_point():
             continue  # a missing or unexpected name is load_state_dict's to refuse
-        if not tensor.is_floating_point():
+        if tensor.dtype != expected[name].dtype:  # integers, or float8 (which isfinite cannot check)
+            kind = "floating point" if not tensor.is_floating_point() else str(expected[name].dtype)
             raise CheckpointError(
-                f"{path} holds the weights {name} as {str(tensor.dtype).removeprefix('torch.')}, not floating "
-                "point: it was not written by training; train the run again."
+                f"{path} holds the weights {name} as {str(tensor.dtype).removeprefix('torch.')}, not "
+                f"{kind.removeprefix('torch.')}: it was not written by training; train the run again."
             )
         if not bool(torch.isfinite(tensor).all()):
             raise CheckpointError(

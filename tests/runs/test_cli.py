@@ -253,9 +253,21 @@ def _mistakes(tmp):
             ["reproduce", "--study", "mnist-refine", "--quick", "--output-dir", f"{tmp}/a-file"],
             "is a file, not a folder",
         ),
-        ([*evaluate, "mnist-interpolation", "--angles", "nan"], "finite number of degrees, got nan"),
-        ([*evaluate, "mnist-interpolation", "--angles", "0", "inf"], "finite number of degrees, got inf"),
-        ([*evaluate, "mnist-interpolation", "--uniform", "nan"], "finite number of degrees, got nan"),
+        ([*evaluate, "mnist-interpolation", "--angles", "nan"], "must lie in [-360, 360] degrees, got nan"),
+        (
+            [*evaluate, "mnist-interpolation", "--angles", "0", "inf"],
+            "must lie in [-360, 360] degrees, got inf",
+        ),
+        ([*evaluate, "mnist-interpolation", "--uniform", "nan"], "must lie in [-360, 360] degrees, got nan"),
+        # (round 7: 1e308 passed as finite, then overflowed in torch: a traceback)
+        (
+            [*evaluate, "mnist-interpolation", "--angles", "1e308"],
+            "must lie in [-360, 360] degrees, got 1e+308",
+        ),
+        (
+            [*evaluate, "mnist-interpolation", "--uniform", "200"],
+            "half-range must lie in [0, 180] degrees, got 200",
+        ),
         ([*evaluate, "parity-interpolation", "--limit", "0"], "--limit must be >= 1, got 0"),
         ([*evaluate, "parity-interpolation", "--limit", "-5"], "--limit must be >= 1, got -5"),
         ([*evaluate, "parity-interpolation", "--output", str(tmp)], "is a folder: give a file name"),

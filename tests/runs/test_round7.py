@@ -312,3 +312,64 @@ def test_a_row_of_a_table_is_bounded_as_its_header_is(tmp_path):
                 pass
         capped = _Capped(io.BytesIO(b"a,b\n1,2\n" + b"," * (MAX_COLUMNS - 1) + b"\n3,4\n"), 2**20, path)
         assert sum(len(capped.read(size)) for _ in range(MAX_COLUMNS + 20)) == MAX_COLUMNS + 12  # every byte
+
+
+def test_fit_says_in_one_line_that_a_checkpoint_is_another_models(tmp_path):
+    """fit(ckpt_path=...) with a checkpoint of another model (a GRU of 8 units, not 16), or with Adam's
+    moments of other shapes, ended in PyTorch's multi-line error from inside Lightning's restore or
+    from Adam's first step; fit() promises a CheckpointError. Now each is one line."""
+    import lightning as L
+    from tiny_parity import QUIET, loader
+
+    from pondernet_tutorial import ParityStep, PonderLitModule, PonderNet, fit
+    from pondernet_tutorial.untrusted import CheckpointError
+
+    def data():
+        train_set, val_set = loader(64).dataset, loader(64, seed=1).dataset
+        return L.LightningDataModule.from_datasets(
+            train_dataset=train_set, val_dataset=val_set, batch_size=32
+        )
+
+    def small(hidden):
+        return PonderLitModule(PonderNet(ParityStep(n_elements=8, hidden_size=hidden), max_steps=5))
+
+    torch.manual_seed(0)
+    fit(small(8), data(), max_epochs=1, default_root_dir=str(tmp_path / "a"), **QUIET)
+    written = tmp_path / "a" / "checkpoints" / "best.ckpt"
+    checkpoint = torch.load(written, weights_only=True)
+    checkpoint["state_dict"] = small(16).state_dict()  # the right weights, Adam's moments of others
+    torch.save(checkpoint, tmp_path / "moments.ckpt")
+    for path, why in ((written, "its weights differ"), (tmp_path / "moments.ckpt", "its optimizer's state")):
+        with pytest.raises(CheckpointError, match=why) as raised:
+            fit(
+                small(16),
+                data(),
+                max_epochs=2,
+                ckpt_path=str(path),
+                default_root_dir=str(tmp_path / "b"),
+                **QUIET,
+            )
+        assert len(str(raised.value).splitlines()) == 1
+
+
+def test_a_model_file_of_float8_weights_is_one_line(tmp_path):
+    """Weights stored as float8 (safetensors' F8_E4M3) made load_model's own finiteness check fail
+    (isfinite has no float8 kernel): a NotImplementedError traceback. A model file holds the weights
+    in the model's own type, as training writes them; any other is one line."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from pondernet_tutorial.runs.checkpoints import load_model
+    from pondernet_tutorial.untrusted import CheckpointError
+
+    config = test_faults.tiny(tmp_path)
+    train(config)
+    model = config.run_dir / WEIGHTS
+    with safe_open(str(model), "pt") as file:
+        metadata, state = file.metadata(), {k: file.get_tensor(k) for k in file.keys()}
+    name = next(iter(state))
+    state[name] = state[name].to(torch.float8_e4m3fn)
+    save_file(state, str(model), metadata=metadata)
+    with pytest.raises(CheckpointError, match="as float8_e4m3fn, not float32") as raised:
+        load_model(model)
+    assert len(str(raised.value).splitlines()) == 1
