@@ -103,11 +103,10 @@ def check_fits(checkpoint: dict, module: torch.nn.Module, path) -> None:
     in order, its moments have those weights' shapes. Lightning would restore either without a check,
     and fail in a multi-line error there or at the first step."""
     state = checkpoint.get("state_dict")
+    state = state if isinstance(state, dict) else {}
     expected = {name: tuple(value.shape) for name, value in module.state_dict().items()}
-    found = (
-        {k: tuple(v.shape) for k, v in state.items() if torch.is_tensor(v)} if isinstance(state, dict) else {}
-    )
-    if found != expected or len(found) != len(state):
+    found = {k: tuple(v.shape) for k, v in state.items() if torch.is_tensor(v)}
+    if found != expected or len(found) != len(state):  # (a value that is no tensor)
         names = sorted(
             set(found) ^ set(expected)
             | {k for k in found.keys() & expected.keys() if found[k] != expected[k]}

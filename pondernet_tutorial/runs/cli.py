@@ -308,8 +308,8 @@ def main(argv=None) -> int:
             # for a damaged file, so nothing was deleted
             where = error.filename or _destination(args)
             print(
-                f"error: could not read {where} ({error.strerror or error}): its files are kept as they "
-                "are; run the same command again once the disk answers.",
+                f"error: could not use {where} ({error.strerror or error}): nothing was deleted; run the "
+                "same command again once that is fixed.",
                 file=sys.stderr,
             )
             return 1

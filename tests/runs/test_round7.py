@@ -118,7 +118,7 @@ def test_a_refused_read_of_a_table_is_raised_as_it_is(tmp_path, monkeypatch, ref
 
 def test_the_command_line_says_a_failed_read_in_one_line(tmp_path, monkeypatch, capsys, tiny_study):  # noqa: F811
     """An I/O error reading a finished run's model file ends the command with one line that names the
-    file and says that the files are kept (before: the run was taken for a damaged one, deleted and
+    file and says that nothing was deleted (before: the run was taken for a damaged one, deleted and
     trained again)."""
     argv = ["reproduce", "--study", "faults", "--quick", "--output-dir", str(tmp_path)]
     assert cli.main(argv) == 0
@@ -128,7 +128,7 @@ def test_the_command_line_says_a_failed_read_in_one_line(tmp_path, monkeypatch, 
     code = cli.main([*argv, "--reevaluate"])  # the model is read again
     err = capsys.readouterr().err.strip()
     assert code == 1 and len(err.splitlines()) == 1, err
-    assert WEIGHTS in err and "Input/output error" in err and "kept" in err
+    assert WEIGHTS in err and "Input/output error" in err and "nothing was deleted" in err
     assert len(models) == 2 and all(path.read_bytes() == data for path, data in models.items())
 
 
@@ -339,7 +339,9 @@ def test_fit_says_in_one_line_that_a_checkpoint_is_another_models(tmp_path):
     checkpoint = torch.load(written, weights_only=True)
     checkpoint["state_dict"] = small(16).state_dict()  # the right weights, Adam's moments of others
     torch.save(checkpoint, tmp_path / "moments.ckpt")
-    for path, why in ((written, "its weights differ"), (tmp_path / "moments.ckpt", "its optimizer's state")):
+    torch.save({**checkpoint, "state_dict": [1, 2]}, tmp_path / "list.ckpt")  # no dictionary of weights
+    cases = [(written, "its weights differ"), (tmp_path / "moments.ckpt", "its optimizer's state")]
+    for path, why in [*cases, (tmp_path / "list.ckpt", "its weights differ")]:
         with pytest.raises(CheckpointError, match=why) as raised:
             fit(
                 small(16),
