@@ -97,43 +97,84 @@ class CheckedCheckpointIO(TorchCheckpointIO):
         return checkpoint
 
 
-def check_fits(checkpoint: dict, module: torch.nn.Module, path) -> None:
+def check_fits(checkpoint: dict, module: torch.nn.Module, path, optimizer: bool = True) -> None:
     """Raise :class:`CheckpointError` (one line) unless the checkpoint's weights are ``module``'s (the
-    same names and shapes) and, where the module's optimizer is the package's one Adam over its weights
-    in order, its moments have those weights' shapes. Lightning would restore either without a check,
-    and fail in a multi-line error there or at the first step."""
+    same names and shapes, dense tensors, floating point where the module's are) and, where the module's
+    optimizer is the package's one Adam over its weights in order, Adam's state of those weights
+    (:func:`is_adam_state`). Lightning would restore either without a check, and fail in a
+    multi-line error there or at the first step. ``optimizer=False``: the weights only."""
     state = checkpoint.get("state_dict")
     state = state if isinstance(state, dict) else {}
-    expected = {name: tuple(value.shape) for name, value in module.state_dict().items()}
-    found = {k: tuple(v.shape) for k, v in state.items() if torch.is_tensor(v)}
-    if found != expected or len(found) != len(state):  # (a value that is no tensor)
-        names = sorted(
-            set(found) ^ set(expected)
-            | {k for k in found.keys() & expected.keys() if found[k] != expected[k]}
-        )
+    expected = module.state_dict()
+    wrong = sorted(set(state) ^ set(expected)) + [
+        name
+        for name in state.keys() & expected.keys()
+        if not torch.is_tensor(state[name])
+        or state[name].layout != torch.strided
+        or tuple(state[name].shape) != tuple(expected[name].shape)
+        or state[name].is_floating_point() != expected[name].is_floating_point()
+    ]
+    if wrong:
         raise CheckpointError(
-            f"{path} is not a checkpoint of this model: its weights differ in {', '.join(names[:3]) or 'kind'}"
-            f"{' and more' if len(names) > 3 else ''}."
+            f"{path} is not a checkpoint of this model: its weights differ in {', '.join(wrong[:3])}"
+            f"{' and more' if len(wrong) > 3 else ''}."
         )
     from .lightning_module import PonderLitModule
 
-    if getattr(type(module), "configure_optimizers", None) is not PonderLitModule.configure_optimizers:
-        return  # another optimizer: its state's order is its own
+    if (
+        not optimizer
+        or getattr(type(module), "configure_optimizers", None) is not PonderLitModule.configure_optimizers
+    ):
+        return  # (another optimizer: its state's order is its own)
     shapes = [tuple(p.shape) for p in module.parameters()]
     for optimizer in checkpoint.get("optimizer_states") or []:
         moments = optimizer.get("state") if isinstance(optimizer, dict) else None
-        if not isinstance(moments, dict) or not all(
-            isinstance(i, int)
-            and 0 <= i < len(shapes)
-            and isinstance(values, dict)
-            and all(
-                tuple(v.shape) == shapes[i] for k, v in values.items() if k != "step" and torch.is_tensor(v)
+        groups = optimizer.get("param_groups") if isinstance(optimizer, dict) else None
+        if (
+            not isinstance(moments, dict)
+            or not all(
+                isinstance(i, int) and 0 <= i < len(shapes) and is_adam_state(v, shapes[i])
+                for i, v in moments.items()
             )
-            for i, values in moments.items()
+            or not isinstance(groups, list)
+            or [g.get("params") if isinstance(g, dict) else None for g in groups]
+            != [list(range(len(shapes)))]
         ):
             raise CheckpointError(
-                f"{path} is not a checkpoint of this model: its optimizer's state is another model's."
+                f"{path} is not a checkpoint of this model: its optimizer's state is not Adam's for its weights."
             )
+
+
+ADAM_STATE = {"step", "exp_avg", "exp_avg_sq"}  # what Adam keeps per parameter
+
+
+def number(value):
+    """A one-element tensor's number (torch keeps Adam's step and a captured rate as tensors); anything
+    else as it is."""
+    return value.item() if torch.is_tensor(value) and value.numel() == 1 else value
+
+
+def is_adam_state(values, shape: tuple) -> bool:
+    """Adam's state of one weight of ``shape``: a step count of at least 1, and both moments dense
+    floating-point tensors of the weight's shape, finite, the second never negative."""
+    if not isinstance(values, dict) or values.keys() != ADAM_STATE:
+        return False
+    step, first, second = number(values["step"]), values["exp_avg"], values["exp_avg_sq"]
+    return (
+        isinstance(step, (int, float))
+        and not isinstance(step, bool)
+        and step >= 1
+        and float(step).is_integer()
+        and all(
+            torch.is_tensor(v)
+            and v.layout == torch.strided
+            and v.is_floating_point()
+            and tuple(v.shape) == shape
+            and torch.isfinite(v).all()
+            for v in (first, second)
+        )
+        and bool((second >= 0).all())
+    )
 
 
 def _is_score(value) -> bool:

@@ -148,6 +148,10 @@ def _entry(entry) -> tuple[list[int], int]:
     return shape, offsets[1]
 
 
+# the weights' types that training writes (--precision 16-true, bf16-true, 32, 64-true)
+TRAINED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
 def _check_values(state: dict, module, path: Path) -> None:
     """Refuse weights that no training writes: a floating-point tensor of the model given as integers
     (copied in silently, they would be evaluated), or holding NaN or an infinity."""
@@ -155,11 +159,10 @@ def _check_values(state: dict, module, path: Path) -> None:
     for name, tensor in state.items():
         if name not in expected or not expected[name].is_floating_point():
             continue  # a missing or unexpected name is load_state_dict's to refuse
-        if tensor.dtype != expected[name].dtype:  # integers, or float8 (which isfinite cannot check)
-            kind = "floating point" if not tensor.is_floating_point() else str(expected[name].dtype)
+        if tensor.dtype not in TRAINED_DTYPES:  # integers, or float8 (which isfinite cannot check)
             raise CheckpointError(
-                f"{path} holds the weights {name} as {str(tensor.dtype).removeprefix('torch.')}, not "
-                f"{kind.removeprefix('torch.')}: it was not written by training; train the run again."
+                f"{path} holds the weights {name} as {str(tensor.dtype).removeprefix('torch.')}, not floating "
+                "point of a precision that training uses: it was not written by training; train the run again."
             )
         if not bool(torch.isfinite(tensor).all()):
             raise CheckpointError(

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from ..untrusted import DamagedFileError
+from ..untrusted import CheckpointError, DamagedFileError
 from .processes import is_rank_zero, pid_alive
 
 TEMP_SUFFIX = ".tmp"
@@ -90,9 +90,21 @@ def is_out_of_memory(error: BaseException) -> bool:
     )
 
 
-# what a failure of the device says of itself (CUDA's, cuDNN's, cuBLAS's and NCCL's errors, an ECC error,
-# a device-side assert): RuntimeErrors, as a damaged checkpoint's are
-DEVICE_FAILURES = ("cuda error", "cudnn", "cublas", "nccl", "ecc error", "device-side assert", "hip error")
+# what a failure of the device says of itself (CUDA's, its driver's, cuDNN's, cuBLAS's, NCCL's, Triton's,
+# ROCm's and XPU's errors, an ECC error, a device-side assert): RuntimeErrors, as a damaged checkpoint's
+# are. The checkpoint's own names (its weights', its callbacks') are checked before Lightning restores it,
+# so that none of them reaches an error's text here
+DEVICE_FAILURES = (
+    "cuda",
+    "cudnn",
+    "cublas",
+    "nccl",
+    "triton",
+    "ecc error",
+    "device-side assert",
+    "hip error",
+    "xpu",
+)
 
 
 def is_device_failure(error: BaseException) -> bool:
@@ -107,11 +119,9 @@ def says_nothing_of_files(error: BaseException) -> bool:
     """Whether ``error`` is the machine's (out of memory, a failure of the device, an I/O error, no
     permission) rather than a verdict on the files being read
     (:class:`~pondernet_tutorial.untrusted.DamagedFileError`)."""
-    return (
-        is_out_of_memory(error)
-        or is_device_failure(error)
-        or (isinstance(error, OSError) and not isinstance(error, DamagedFileError))
-    )
+    if isinstance(error, (DamagedFileError, CheckpointError)):  # the package's verdicts (which may quote
+        return False  # the file's own names)
+    return is_out_of_memory(error) or is_device_failure(error) or isinstance(error, OSError)
 
 
 def _temp_name(path: Path) -> Path:

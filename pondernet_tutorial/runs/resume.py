@@ -10,6 +10,7 @@ are checked, and the earlier processes' history (:func:`read_history`) holds its
 from __future__ import annotations
 
 import copy
+import math
 import os
 import re
 import stat
@@ -19,7 +20,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from ..checkpointing import CheckedCheckpointIO, read_checkpoint_file
+from ..checkpointing import CheckedCheckpointIO, check_fits, is_adam_state, number, read_checkpoint_file
 from ..untrusted import MAX_TABLE_BYTES, CheckpointError, read_json, read_table
 from .checkpoints import read_header
 from .config import WEIGHTS, check_same_identity, identity_differences
@@ -62,16 +63,23 @@ class RunCheckpointIO(CheckedCheckpointIO):
     (:func:`read_checkpoint`) and checked to be this very run's (:func:`check_last_checkpoint`) before
     Lightning restores anything: a refusal is a :class:`CheckpointError`, and ``train()`` starts over."""
 
-    def __init__(self, max_bytes: int, run_dir: Path, module, datamodule, stopping=lambda: None):
+    def __init__(
+        self, max_bytes: int, run_dir: Path, module, datamodule, stopping=lambda: None, select_by=None
+    ):
         super().__init__(max_bytes)
         self.run_dir, self.module, self.datamodule = run_dir, module, datamodule
         self.stopping = stopping  # a new EarlyStopping as fit() builds it for the run, or None
+        self.select_by = select_by  # what the best epoch is chosen by
 
     def load_checkpoint(self, path, map_location=None, weights_only=True) -> dict:
         checkpoint = read_checkpoint(path, self.run_dir / "checkpoints")
+        # the weights' names first (Lightning's error would quote them); Adam's state below, in detail
+        check_fits(checkpoint, self.module, "its last.ckpt", optimizer=False)
         history = check_last_checkpoint(checkpoint, self.run_dir, self.module, self.datamodule)
         replay_plateau_step(checkpoint, history[checkpoint["epoch"]])
         replay_early_stopping(checkpoint, history, self.stopping())
+        if self.select_by is not None:
+            check_best_score(checkpoint, history, self.select_by)
         return checkpoint
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
@@ -282,7 +290,7 @@ def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -
     (optimizer,) = optimizers  # Lightning restores it unchecked
     state = optimizer.get("state", {}) if isinstance(optimizer, dict) else None
     if not isinstance(state, dict) or not all(
-        isinstance(i, int) and 0 <= i < len(parameters) and _is_adam_state(values, parameters[i])
+        isinstance(i, int) and 0 <= i < len(parameters) and is_adam_state(values, parameters[i])
         for i, values in state.items()
     ):
         raise CheckpointError("its optimizer state is not Adam's for this model's weights")
@@ -341,32 +349,6 @@ def _check_plateau_schedule(schedule, hparams, epochs: int) -> None:
         raise CheckpointError("its learning-rate schedule is not the run's plateau schedule")
 
 
-def _number(value):
-    """A one-element tensor's number (torch keeps Adam's step and a captured rate as tensors); anything
-    else as it is."""
-    return value.item() if torch.is_tensor(value) and value.numel() == 1 else value
-
-
-def _is_adam_state(values, shape: tuple) -> bool:
-    """Adam's state of one weight of ``shape``: a step count of at least 1, and both moments of the
-    weight's shape, finite, the second never negative."""
-    if not isinstance(values, dict) or values.keys() != ADAM_STATE:
-        return False
-    step, first, second = _number(values["step"]), values["exp_avg"], values["exp_avg_sq"]
-    return (
-        isinstance(step, (int, float))
-        and not isinstance(step, bool)
-        and step >= 1
-        and float(step).is_integer()
-        and all(
-            torch.is_tensor(v) and tuple(v.shape) == shape and torch.isfinite(v).all()
-            for v in (first, second)
-        )
-        and bool((second >= 0).all())
-    )
-
-
-ADAM_STATE = {"step", "exp_avg", "exp_avg_sq"}  # what Adam keeps per parameter
 # Adam's settings as the run's module builds it (torch's defaults, but the learning rate): a group saved
 # with others (maximize=True climbs the loss) is not this run's
 ADAM_SETTINGS = {
@@ -398,22 +380,24 @@ def _check_adam_settings(groups, lr: float, n_parameters: int) -> None:
         plain_values = not any(torch.is_tensor(v) for v in (saved if isinstance(saved, tuple) else (saved,)))
         if not plain_values or saved != expected:
             raise CheckpointError(f"its optimizer's {name} is {saved!r}, not the run's {expected!r}")
-    rate = _number(group.get("lr"))
+    rate = number(group.get("lr"))
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= lr:
         raise CheckpointError(f"its learning rate {rate!r} is not in (0, {lr:g}], the run's")
 
 
 def replay_early_stopping(checkpoint: dict, history: list[dict], stopping) -> None:
-    """Give ``checkpoint`` the early-stopping state that ``stopping`` (a new ``EarlyStopping``, as
-    :func:`~pondernet_tutorial.fitting.fit` builds it for the run; ``None`` for a run without one)
-    reaches over the history's validation accuracies up to the checkpoint's epoch, Lightning's own
-    rule applied again. The saved state is data that Lightning restores as it is: a forged one (a
-    patience of 0, a best score of three values) would end the run early or break every resume."""
+    """Raise ``CheckpointError`` unless ``checkpoint`` holds the early-stopping state that ``stopping``
+    (a new ``EarlyStopping``, as :func:`~pondernet_tutorial.fitting.fit` builds it for the run; ``None``
+    for a run without one) reaches over the history's validation accuracies up to the checkpoint's
+    epoch, Lightning's own rule applied again. Lightning restores the saved state as it is: a forged one
+    (a patience of 0, a best score of three values) would end the run early or break every resume, and
+    a forged history would not match it."""
     states = checkpoint.get("callbacks")
     if not isinstance(states, dict):
         raise CheckpointError("it does not hold its callbacks' states")
-    for key in [k for k in states if str(k).startswith("EarlyStopping")]:
-        del states[key]
+    key = stopping.state_key if stopping is not None else None
+    if any(str(k).startswith("EarlyStopping") and k != key for k in states):
+        raise CheckpointError("its early stopping is not the run's")
     if stopping is None:
         return
     last = checkpoint["epoch"]  # within the history (check_last_checkpoint)
@@ -426,7 +410,38 @@ def replay_early_stopping(checkpoint: dict, history: list[dict], stopping) -> No
             stopping.stopped_epoch, stopping.stopping_reason_message = epoch, reason
             if epoch < last:
                 raise CheckpointError(f"its history stopped early at epoch {epoch}, before its last.ckpt's")
-    states[stopping.state_key] = stopping.state_dict()
+    saved, replayed = states.get(key), stopping.state_dict()
+    fields = ("wait_count", "stopped_epoch", "best_score", "patience", "stopping_reason")
+    if not isinstance(saved, dict) or any(
+        not _same(saved.get(field), replayed.get(field)) for field in fields if field in replayed
+    ):
+        raise CheckpointError("its early stopping's state is not the one its history gives")
+
+
+def check_best_score(checkpoint: dict, history: list[dict], select_by: str) -> None:
+    """Raise ``CheckpointError`` unless the best epoch's score that ``checkpoint`` records (the state of
+    the callback that keeps the best epoch by ``select_by``) is the best value of ``select_by`` in the
+    history up to the checkpoint's epoch: a forged score (-1 for a loss) would keep a worse epoch."""
+    from ..fitting import mode
+
+    values = [row.get(select_by) for row in history[: checkpoint["epoch"] + 1]]
+    for key, state in checkpoint["callbacks"].items():
+        if not (str(key).startswith("FolderCheckpoint") and isinstance(state, dict)):
+            continue
+        if state.get("monitor") != select_by:
+            continue
+        if not values or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+            raise CheckpointError(f"its history lacks finite values of {select_by}")
+        best = float(torch.tensor(float((min if mode(select_by) == "min" else max)(values))))
+        if not _same(state.get("best_model_score"), torch.tensor(best)):
+            raise CheckpointError(f"its best epoch's score is not the best {select_by} of its history")
+
+
+def _same(saved, replayed) -> bool:
+    """Whether a saved value is the replayed one: equal plain numbers, or one-element tensors of one value."""
+    if torch.is_tensor(replayed):
+        return torch.is_tensor(saved) and saved.numel() == 1 and float(saved) == float(replayed)
+    return type(saved) is type(replayed) and saved == replayed
 
 
 def resumable(run_dir: Path, identity: dict, datamodule) -> bool:

@@ -275,6 +275,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
                         stopping=lambda: early_stopping(
                             config.early_stopping_patience, config.stop_at_val_acc or None, config.epochs
                         ),
+                        select_by=config.select_by,
                     ),
                     **trainer_options(config),
                 )

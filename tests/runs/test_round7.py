@@ -5,6 +5,7 @@ Each test failed on the code before its fix (the break is named in its docstring
 
 import errno
 
+import pandas as pd
 import pytest
 import test_faults
 import test_resume
@@ -200,23 +201,33 @@ def test_a_run_killed_after_early_stopping_resumes_to_the_same_run(tmp_path, mon
     [
         {"best_score": torch.tensor([0.5, 0.5, 0.5])},  # (before: every resume ended in a traceback)
         {"patience": 0, "wait_count": 10**6},  # (before: stopped after one more epoch, 'patience_exhausted')
+        "history",  # the last epoch's val/acc in metrics.csv (a re-check: the run stopped at 2 of 4 epochs)
     ],
-    ids=["three best scores", "patience 0"],
+    ids=["three best scores", "patience 0", "a forged history"],
 )
-def test_a_forged_early_stopping_state_is_replayed_from_the_history(stopped, monkeypatch, forge):  # noqa: F811
-    """last.ckpt's EarlyStopping state is data that Lightning restores as it is; the resumed run takes
-    the state that Lightning's own rule reaches over the run's history instead, and trains as the run
-    trained in one go."""
-    test_untrusted_runs.edit_last(
-        stopped,
-        lambda c: next(
-            state.update(forge) for key, state in c["callbacks"].items() if key.startswith("EarlyStopping")
-        ),
+def test_an_early_stopping_state_that_its_history_does_not_give_is_refused(
+    stopped,  # noqa: F811
+    capsys,
+    forge,
+):
+    """last.ckpt's EarlyStopping state is data that Lightning restores as it is. It must be the state
+    that Lightning's own rule reaches over the run's history: a forged state, or a forged history, is
+    one line, and the run is trained again."""
+    if forge == "history":
+        metrics = next((stopped.run_dir / "logs").rglob("metrics.csv"))
+        table = pd.read_csv(metrics)
+        table.loc[table["val/acc"].last_valid_index(), "val/acc"] = 1.0
+        table.to_csv(metrics, index=False)
+    else:
+        test_untrusted_runs.edit_last(
+            stopped,
+            lambda c: next(
+                s.update(forge) for k, s in c["callbacks"].items() if k.startswith("EarlyStopping")
+            ),
+        )
+    test_untrusted_runs.resumes_again(
+        stopped, capsys, "its early stopping's state is not the one its history gives"
     )
-    started = []
-    test_resume.stop_at_epoch(monkeypatch, -1, started)
-    _, metadata = train(stopped)
-    assert started == [2, 3] and metadata["resumed"] and metadata["stopped_by"] == "max_epochs"
 
 
 @pytest.mark.parametrize(
@@ -225,8 +236,11 @@ def test_a_forged_early_stopping_state_is_replayed_from_the_history(stopped, mon
         RuntimeError("CUDA error: uncorrectable ECC error encountered"),
         RuntimeError("NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error"),
         type("AcceleratorError", (RuntimeError,), {})("device lost"),
+        RuntimeError("CUDA driver error: unknown error"),  # (a re-check: these three were not known)
+        RuntimeError("Triton Error [CUDA]: an illegal memory access was encountered"),
+        RuntimeError("XPU error: device lost"),
     ],
-    ids=["ECC", "NCCL", "AcceleratorError"],
+    ids=["ECC", "NCCL", "AcceleratorError", "driver", "Triton", "XPU"],
 )
 def test_a_failure_of_the_device_while_resuming_keeps_the_unfinished_run(stopped, monkeypatch, failure):  # noqa: F811
     """A CUDA, ECC or NCCL error while Lightning restores an unfinished run (here: as it moves Adam's
@@ -370,8 +384,44 @@ def test_a_model_file_of_float8_weights_is_one_line(tmp_path):
     with safe_open(str(model), "pt") as file:
         metadata, state = file.metadata(), {k: file.get_tensor(k) for k in file.keys()}
     name = next(iter(state))
+    save_file({k: v.double() for k, v in state.items()}, str(model), metadata=metadata)
+    load_model(model)  # the weights of a run trained at --precision 64-true (a re-check: refused for a while)
     state[name] = state[name].to(torch.float8_e4m3fn)
     save_file(state, str(model), metadata=metadata)
-    with pytest.raises(CheckpointError, match="as float8_e4m3fn, not float32") as raised:
+    with pytest.raises(
+        CheckpointError, match="as float8_e4m3fn, not floating point of a precision"
+    ) as raised:
         load_model(model)
     assert len(str(raised.value).splitlines()) == 1
+
+
+def test_a_weight_named_like_a_device_error_is_refused_before_lightning_restores_it(stopped, capsys):  # noqa: F811
+    """An extra weight in last.ckpt named model.cublas made Lightning's restore fail with an error that
+    quoted the name, which read as a failure of the device: the run was kept, and every rerun
+    (--overwrite too) failed again. The weights' names are now checked first: one line, trained again."""
+
+    def extra_weight(checkpoint):
+        checkpoint["state_dict"]["model.cublas"] = torch.zeros(1)
+
+    test_untrusted_runs.edit_last(stopped, extra_weight)
+    test_untrusted_runs.resumes_again(stopped, capsys, "its last.ckpt is not a checkpoint of this model")
+
+
+def test_a_forged_best_score_is_refused_and_a_true_one_resumes(tmp_path, monkeypatch, capsys):
+    """last.ckpt's best-epoch score was restored if it was any one number: -1 for a loss kept an earlier
+    epoch as the best, and the resumed run ended on other weights than the run trained in one go (a
+    re-check found it). The score must be the history's best; a true one resumes to the same run."""
+    whole, whole_meta = train(test_resume.tiny(tmp_path / "whole", select_by="val/loss"))
+    config = test_untrusted_runs.stopped_run(tmp_path / "parts", monkeypatch, select_by="val/loss")
+    parts, meta = train(config)
+    assert meta["resumed"] and meta["best_epoch"] == whole_meta["best_epoch"]
+    assert all(torch.equal(a, b) for a, b in zip(whole.state_dict().values(), parts.state_dict().values()))
+
+    config = test_untrusted_runs.stopped_run(tmp_path / "forged", monkeypatch, select_by="val/loss")
+
+    def forged_score(checkpoint):
+        (state,) = [s for k, s in checkpoint["callbacks"].items() if "'monitor': 'val/loss'" in k]
+        state["best_model_score"] = torch.tensor(-1.0)
+
+    test_untrusted_runs.edit_last(config, forged_score)
+    test_untrusted_runs.resumes_again(config, capsys, "its best epoch's score is not the best val/loss")

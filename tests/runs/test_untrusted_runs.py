@@ -237,7 +237,7 @@ def history_lost(last: Path):
         (other_data_hparams, "data hyperparameters are not this configuration's"),
         (pickle_gadget, "not a weights-only checkpoint"),  # 11
         (truncate, "not a weights-only checkpoint"),  # 12
-        (other_shape, "size mismatch"),  # 13, in Lightning's restore
+        (other_shape, "is not a checkpoint of this model"),  # 13, before Lightning's restore (check_fits)
         (dev_zero, "last.ckpt is a symbolic link"),  # 14
         (garbage_generator, "RNG state"),  # 15, in Lightning's restore
         (history_not_numbers, "history version_0/metrics.csv is not a table of numbers"),  # 16
