@@ -228,6 +228,12 @@ def judge(runs: pd.DataFrame, chance: float, rules: Rules = Rules()) -> tuple[pd
         for end in ("low", "high"):
             column = f"{name}_{end}"
             runs[column] = runs[column].fillna(runs[name]) if column in runs else runs[name]
+    # a seed whose steps never change has no ρ (NaN). Beside seeds that have one, it stands as 0 in the
+    # interval, a fixed depth, so that it is not left out (a seed at 0.9 beside it is then undetermined,
+    # not "follows difficulty"); a configuration of such seeds only keeps no ρ
+    has_rho = runs.groupby("config", sort=False)["rho_low"].transform(lambda rho: rho.notna().any())
+    for column in ("rho_low", "rho_high"):
+        runs[column] = runs[column].mask(has_rho & runs[column].isna(), 0.0)
     groups = runs.groupby("config", sort=False)
     configs = pd.DataFrame(
         {

@@ -198,3 +198,43 @@ def test_seeds_on_reads_each_run_once_over_its_draws():
         "pondernet",
     ]
     assert seeds_on(halting, runs, "beyond")["accuracy"].tolist() == [0.5]
+
+
+def test_the_thresholds_are_where_the_rules_say():
+    """Each class begins exactly at its threshold (a mutation sweep moved every boundary unseen):
+    ρ = 0.8 follows, 0.3 is in between, −0.3 goes the wrong way; a spread of exactly 0.5 is not a
+    fixed depth; an interval with one NaN end is a fixed depth."""
+    rules = Rules()
+    assert halting_verdict((rules.follows, rules.follows), 2.0) == FOLLOWS
+    assert halting_verdict((rules.flat, rules.flat), 2.0) == BETWEEN
+    assert halting_verdict((-rules.flat, -rules.flat), 2.0) == WRONG
+    assert halting_verdict((-rules.flat + 0.01, rules.flat - 0.01), 2.0) == FIXED
+    assert halting_verdict((0.9, 0.9), rules.spread) == FOLLOWS
+    assert halting_verdict((0.5, float("nan")), 2.0) == FIXED
+    assert side(0.8, 0.9, 0.8) == 1 and side(0.7, 0.79, 0.8) == -1 and side(0.7, 0.8, 0.8) == 0
+
+
+def test_judge_reads_every_seed():
+    """A seed with the same steps for every input has no ρ (NaN): beside a seed at 0.9 it stands as a
+    fixed depth, and the configuration is undetermined (before: pandas skipped it, and the seed at 0.9
+    alone made "follows difficulty"). A configuration whose seeds all lack ρ keeps none. The steps are
+    the seeds' mean, a fixed depth needs a small spread in every seed, and rule 2 takes the best of
+    several one-step networks, undetermined where it straddles the mark."""
+    table = runs(
+        [
+            ("ponder", "pondernet", 0, 1.00, 0.90, 2.0, 4.0),
+            ("ponder", "pondernet", 1, 1.00, float("nan"), 2.0, 6.0),
+            ("flat", "fixed", 0, 1.00, float("nan"), 0.0, 5.0),
+            ("mixed", "act", 0, 1.00, 0.90, 0.2, 3.0),
+            ("mixed", "act", 1, 1.00, 0.90, 2.0, 3.0),
+            ("one a", ONE_STEP, 0, 0.50, float("nan"), 0.0, 1.0),
+            ("one b", ONE_STEP, 0, 0.9895, float("nan"), 0.0, 1.0),
+        ]
+    )
+    table["accuracy_low"] = table["accuracy"].where(table["config"] != "one b", 0.985)
+    table["accuracy_high"] = table["accuracy"].where(table["config"] != "one b", 0.995)
+    configs, setting = judge(table, 0.5)
+    assert configs.loc["ponder", "verdict"] == RHO_UNDETERMINED and configs.loc["ponder", "steps"] == 5.0
+    assert np.isnan(configs.loc["flat", "rho_low"]) and configs.loc["flat", "verdict"] == FIXED
+    assert configs.loc["mixed", "verdict"] == FOLLOWS  # one seed's steps spread: not a fixed depth
+    assert setting["one_step"] == "one b" and setting["one_step_enough"] is None
