@@ -58,6 +58,26 @@ def seeds(runs, family: str) -> list[str]:
     return [pct(a) for a in runs.loc[runs["family"] == family, "accuracy"]]
 
 
+def mnist_one_step_enough() -> bool | None:
+    """Rule 2 on upright digits, by judge(), as the closing chapter applies it: the seeds of the networks
+    trained within ±22.5° (the fixed networks are trained so), PonderNet's and the fixed ones'."""
+    frames = []
+    for study in ("mnist-reference", "mnist-baselines"):
+        tables = load_study(study, PRETRAINED_DIR)
+        runs = tables["runs"][tables["runs"]["experiment"] == "mnist-extrapolation"]
+        labels = [config_label(load_json(PRETRAINED_DIR, run)["config"]) for _, run in runs.iterrows()]
+        runs = runs.assign(config=[name for name, _ in labels], family=[family for _, family in labels])
+        summary = tables["summary"]
+        summary = summary[(summary["experiment"] == "mnist-extrapolation") & (summary["set"] == "rot0")]
+        frames.append(summary.merge(runs[["variant", "seed", "config", "family"]], on=["variant", "seed"]))
+    per_run = pd.concat(frames).rename(
+        columns={"spearman_steps_entropy": "rho", "expected_steps_std": "spread", "halt_step": "steps"}
+    )
+    _, setting = judge(per_run, 1 / get_experiment("mnist-extrapolation").n_classes)
+    assert setting["one_step"] is not None
+    return setting["one_step_enough"]
+
+
 def expected_results() -> tuple[list[str], dict[str, bool]]:
     """The README's results, in the order it states them: its numbers, and the rule behind each of its
     qualitative sentences."""
@@ -74,7 +94,7 @@ def expected_results() -> tuple[list[str], dict[str, bool]]:
     holds["MNIST: the three seeds agree"] = (
         len(mnist) == 3 and mnist["accuracy"].max() - mnist["accuracy"].min() <= RULES.margin
     )
-    holds["MNIST: one step is enough"] = one >= mnist["accuracy"].mean() - RULES.margin
+    holds["MNIST: one step is enough"] = mnist_one_step_enough()
     holds["MNIST: steps do not rise with the entropy"] = (mnist["spearman_steps_entropy"] < 0).all()
 
     # labml's parity: the most accurate PonderNet configuration; extrapolation's unseen range
