@@ -118,3 +118,32 @@ def test_every_range_at_chance_reads_the_training_range_and_at_96_the_unseen_one
     assert not pc.every_range_at_chance(runs(unseen_accuracy=0.7))  # 96's unseen range learned
     assert not pc.every_range_at_chance(runs(seen_accuracy=0.7))
     assert not pc.every_range_at_chance(runs(updates=pc.UPDATES - 1_000))  # not finished
+
+
+def test_each_claim_edge_belongs_where_the_rules_say():
+    """The edges are inclusive: an interval on [lower, upper] is within; one that only touches an edge
+    from outside crosses it; steps exactly one from 3, and a ratio of exactly 1.5 or 2.5, count (a
+    mutation sweep moved each edge unseen)."""
+    assert pc.within(0.4, 0.6, 0.4, 0.6) == pc.HELD
+    assert (
+        pc.within(0.3, 0.4, 0.4, 0.6) == pc.UNDETERMINED and pc.within(0.6, 0.7, 0.4, 0.6) == pc.UNDETERMINED
+    )
+    assert pc.within(0.3, 0.39, 0.4, 0.6) == pc.NOT_HELD and pc.within(0.61, 0.7, 0.4, 0.6) == pc.NOT_HELD
+    assert pc.interpolates(end(seen_accuracy=1.0, seen_steps=4.0)) == pc.HELD
+    assert pc.interpolates(end(seen_accuracy=1.0, seen_steps=2.0)) == pc.HELD
+    for steps in (6.0, 10.0):  # 1.5 and 2.5 times 4
+        assert pc.extrapolates(end(unseen_accuracy=1.0, unseen_steps=steps), 4.0) == pc.HELD
+
+
+def test_claim_2_reads_the_measured_steps_at_64_not_the_papers():
+    """Claim 2 compares the unseen steps with PonderNet's own mean step at 64 over its seeds, not with
+    the paper's 3 (the earlier tests could not tell: they gave both 3 steps)."""
+    assert pc.extrapolates(end(unseen_accuracy=1.0, unseen_steps=8.0), 4.0) == pc.HELD  # 2× 4; 2.67× 3
+    # seeds at 64 with 2.5 and 3.5 steps: their mean, 3, makes 5 steps 1.67 times (their largest: 1.43)
+    table = pc.claim_table(
+        shipped(
+            **{"64_pondernet_0": {"seen_steps": 2.5}, "64_pondernet_1": {"seen_steps": 3.5}},
+            **{f"96_pondernet_{seed}": {"unseen_steps": 5.0} for seed in pc.SEEDS},
+        )
+    )
+    assert table.iloc[1]["verdict"] == pc.HELD
