@@ -161,3 +161,22 @@ def test_targets_are_scored_by_a_real_models_answer():
     assert d.accuracy == pytest.approx(float((answers.argmax(-1) == y).float().mean()))
     with pytest.raises(ValueError, match="targets has 3 values for a batch of 50"):
         diagnose(model, x, targets=y[:3], show=False)
+
+
+def test_chance_is_one_over_the_classes_and_the_spread_mark_is_inclusive():
+    """Rule 1's chance is 1/C: with ten classes, 30% right (of 1,000) is learned, though under a coin
+    toss's 60% mark. A spread of exactly 0.5 steps without a difficulty is no verdict, not a fixed
+    depth. A NaN in the halting distribution is refused. (Each survived a mutation sweep.)"""
+    batch = 1000
+    p = torch.zeros(4, batch)
+    p[torch.arange(batch) % 2, torch.arange(batch)] = 1.0  # E[n] = 1 or 2
+    logits = torch.zeros(batch, 10)
+    logits[:, 3] = 5.0  # always class 3
+    targets = torch.where(torch.arange(batch) % 10 < 3, 3, 0)  # 30% of the answers right
+    d = diagnose(Answering(p, logits), None, targets=targets, show=False)
+    assert d.accuracy == pytest.approx(0.3) and d.verdict != "no verdict, the task is not learned"
+    exactly = torch.tensor([[1.0, 0.5, 0.0], [0.0, 0.5, 1.0]])  # E[n] of 1, 1.5 and 2: a spread of 0.5
+    d = diagnose(Fixed(exactly), None, show=False)
+    assert d.spread == 0.5 and d.verdict == "no verdict without a difficulty"
+    with pytest.raises(ValueError, match="non-finite values"):
+        diagnose(Fixed(torch.tensor([[float("nan")], [1.0]])), None, show=False)

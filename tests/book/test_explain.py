@@ -120,3 +120,18 @@ def test_the_sliders_cell_is_never_executed_by_the_build():
     )
     cells = [c for c in notebook["cells"] if "interactive_explorer()" in "".join(c["source"])]
     assert cells and all("skip-execution" in c["metadata"].get("tags", []) for c in cells)
+
+
+def test_count_macs_of_a_grouped_convolution():
+    """Each output value of a convolution in 2 groups reads half the input channels."""
+    from torch import nn
+
+    conv = nn.Conv2d(4, 6, kernel_size=3, groups=2)
+    # 6 · 2 · 2 outputs × 3 · 3 · 2 MACs each
+    assert explain.count_macs(lambda: conv(torch.zeros(1, 4, 4, 4))) == 6 * 2 * 2 * 9 * 2
+
+
+@pytest.mark.parametrize("lambdas", [[-0.1], [], [1.5], [float("nan")]])
+def test_halting_terms_refuses_what_is_no_halting_probability(lambdas):
+    with pytest.raises(ValueError):
+        explain.halting_terms(lambdas)
