@@ -286,6 +286,10 @@ FORGERIES = {
         params=c["optimizer_states"][0]["param_groups"][0]["params"][::-1]
     )(c),
     "epoch counter": _epoch_counter,
+    # found untested by a mutation sweep (round 7): each is caught by its own check only
+    "rate above the run's": _group(lr=1.0),
+    "negative second moment": _each_state(lambda v: v["exp_avg_sq"].fill_(-1.0)),
+    "completed epochs": lambda c: c["loops"]["fit_loop"]["epoch_progress"]["total"].update(completed=7),
 }
 
 
@@ -297,7 +301,7 @@ def test_a_forged_optimizer_state_is_not_restored(stopped, monkeypatch, capsys, 
     found more: forged step counts, 0-dim or NaN moments, tensors for betas, fused or capturable Adam,
     a reordered parameter list, and Lightning's epoch counters (which skipped or repeated epochs). Each
     is now refused in one line, and the run is trained again. (Adam's state deleted for some weights
-    only is not caught: which weights get a gradient depends on the method.)"""
+    only: tests/runs/test_round7.py.)"""
     last = stopped.run_dir / "checkpoints" / "last.ckpt"
     checkpoint = torch.load(last, weights_only=True)
     forge(checkpoint)
