@@ -105,8 +105,9 @@ def test_1_a_best_path_outside_the_run_is_never_deleted(tmp_path, monkeypatch):
     def point_outside(checkpoint):
         state = best_state(checkpoint)
         state["best_model_path"] = state["kth_best_model_path"] = outside
-        state["best_model_score"] = torch.tensor(0.0)  # every epoch beats it: Lightning deletes the old best
-        state["best_k_models"] = {outside: torch.tensor(0.0)}
+        # the true score (a forged one is refused since round 7): a better epoch makes Lightning delete
+        # the old best
+        state["best_k_models"] = {outside: state["best_model_score"]}
 
     edit_last(config, point_outside)
     _, metadata = train(config)
