@@ -4,6 +4,8 @@ each mark of a template."""
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("check_prose", ROOT / "tools" / "check_prose.py")
 check = importlib.util.module_from_spec(spec)
@@ -60,3 +62,19 @@ def test_the_command_line(tmp_path, capsys):
     assert check.main([str(tmp_path)]) == 1
     assert "bad.html: a verdict used as a noun" in capsys.readouterr().out
     assert check.main([str(tmp_path / "nothing")]) == 2
+
+
+@pytest.mark.parametrize("noun", ["follows difficulty", "does not solve", "wrong direction", "fixed depth"])
+def test_every_verdict_used_as_a_noun_is_named_in_either_case(noun):
+    """Each of the rules' verdict words (the book's four), in lower case and capitalised."""
+    assert faults(f"<p>Its halting is {noun} here.</p>") == ["a verdict used as a noun after 'is'"]
+    assert faults(f"<p>Its halting Is {noun.capitalize()} here.</p>") == [
+        "a verdict used as a noun after 'is'"
+    ]
+
+
+def test_a_fault_in_a_table_cell_is_named():
+    assert faults("<table><tr><td>ACT τ=0.01 's halting</td></tr></table>") == [
+        "a possessive after a glued label"
+    ]
+    assert faults("<table><tr><th>Trained on `beyond`</th></tr></table>") == ["a literal backtick"] * 2

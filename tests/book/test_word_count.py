@@ -43,3 +43,17 @@ def test_a_notebook_counts_markdown_cells_only_and_the_table_follows_the_toc(tmp
     assert [line.split() for line in lines] == [["2", "intro.md"], ["3", "nb.ipynb"], ["5", "total"]]
     assert wc.main(["--root", str(tmp_path), "--max", "4"]) == 1
     assert wc.main(["--root", str(tmp_path), "--max", "5"]) == 0
+
+
+def test_math_glue_blocks_tilde_fences_and_comments_are_not_prose():
+    """A {math} directive, a {glue} directive's body, a ~~~ fence and an HTML comment hold no prose
+    (a mutation sweep dropped each rule unseen)."""
+    page = (
+        "One two.\n\n"
+        "```{math}\nx = y words words\n```\n\n"
+        "```{glue} some_name\nglued words here\n```\n\n"
+        "~~~{note}\ntilde fenced words\n~~~\n\n"
+        "<!-- a comment -> of many words -->\n"
+        "Three.\n"
+    )
+    assert wc.prose_words(page) == 3
