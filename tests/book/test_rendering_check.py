@@ -70,3 +70,26 @@ def test_the_command_line_exits_1_on_a_fault_and_0_on_a_clean_site(site, tmp_pat
     (site / "faulty.html").unlink()
     assert check.main([str(site)]) == 0
     assert check.main([str(tmp_path / "nothing")]) == 2
+
+
+def test_each_rule_of_width_and_a_math_error_is_named_on_its_own(tmp_path):
+    """A mutation sweep found these untested (the faulty page spills 900 px, which every rule sees): a
+    20 px spill, a scroll box whose content is wider than it, a clipping box (named itself, its content
+    not), and MathJax's error box."""
+    page = PAGE.format(
+        "<h1>More</h1>"
+        '<h2>Spill</h2><div class="spill" style="width:620px">a little too wide</div>'
+        '<h2>Scroll</h2><div class="scroller" style="overflow-x:auto; width:600px">'
+        '<div style="width:900px">wide content in a scroll box</div></div>'
+        '<h2>Clip</h2><div class="clipper" style="overflow-x:hidden; width:600px">'
+        '<div class="clipped" style="width:900px">wide content in a clipping box</div></div>'
+        "<h2>Maths</h2><p><mjx-merror>Missing close brace</mjx-merror></p>"
+    )
+    (tmp_path / "more.html").write_text(page)
+    faults = check.check_site(tmp_path, ["more.html"])["more.html"]["faults"]
+    assert any('div.spill under "Spill" extends 20 px' in f for f in faults), faults
+    assert any('div.scroller under "Scroll" holds content 900 px wide' in f for f in faults), faults
+    assert any('div.clipper under "Clip" holds content 900 px wide' in f for f in faults), faults
+    assert not any("div.clipped" in f for f in faults), faults
+    assert any(f.startswith('math error: "Missing close brace"') for f in faults), faults
+    assert len(faults) == 4, faults
