@@ -135,3 +135,38 @@ def test_at_the_limit_puts_each_continued_run_at_its_end(tables, continued):
     assert np.isnan(act1["rho"])
     control = after[after["family"] == "control"]
     pd.testing.assert_frame_equal(control, per_run[per_run["family"] == "control"])
+
+
+def test_the_slopes_interval_takes_students_t():
+    """x = 0..3, y = 0, 1, 0, 1: slope 0.2, standard error √0.08, and a half-width of t(0.975, 2) =
+    4.303 standard errors (a normal 1.96 would be too narrow for four points)."""
+    b, low, high = ex.slope([0, 1, 2, 3], [0, 1, 0, 1], per=1)
+    assert b == pytest.approx(0.2) and high - b == pytest.approx(4.3027 * 0.08**0.5, rel=1e-3)
+
+
+def curves(ends: dict, updates=(0, 50_000, 100_000, 150_000, 200_000)) -> pd.DataFrame:
+    """Continued runs whose accuracy on the unseen range is flat at ``ends[(method, seed)] = (share,
+    n)``."""
+    return pd.DataFrame(
+        [
+            {"method": m, "seed": s, "updates": u, "unseen_accuracy": share, "unseen_n": n}
+            for (m, s), (share, n) in ends.items()
+            for u in updates
+        ]
+    )
+
+
+def test_the_trend_reads_every_point_of_its_window_and_an_open_seed_is_not_above():
+    """The window's first point lies exactly WINDOW before the end (three points here, not two), and a
+    seed whose interval straddles the mark keeps its method from extrapolating, as one under it does."""
+    assert ex.WINDOW == 100_000
+    ends = {
+        ("act", 0): (0.9, 1000),
+        ("act", 1): (0.6, 100),
+        ("pondernet", 0): (0.9, 1000),
+        ("pondernet", 1): (0.6, 100),
+    }
+    runs = ex.continued_runs(curves(ends))
+    assert list(runs["vs_mark"]) == [ex.ABOVE, ex.OPEN, ex.ABOVE, ex.OPEN]
+    claims = ex.continued_claims(curves(ends))
+    assert claims["by the rule neither method extrapolates: neither has every seed above the mark"]
