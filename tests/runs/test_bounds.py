@@ -169,3 +169,28 @@ def test_an_unfinished_folder_with_a_checkpoint_in_a_subfolder_is_refused(tmp_pa
     (tmp_path / "checkpoints" / "sub" / "last.ckpt").write_bytes(b"")
     with pytest.raises(CheckpointError):
         resume._check_unfinished_folder(tmp_path)
+
+
+def test_the_output_folder_itself_is_no_run_folder(tmp_path):
+    """A run folder must lie strictly inside the output folder: one that is the output folder itself
+    would have training delete everything in it (only the last check sees it: no part of the way is a
+    link or '..')."""
+    from pondernet_tutorial.runs.files import check_inside
+
+    check_inside(tmp_path / "a" / "run", tmp_path)
+    with pytest.raises(FileExistsError, match="resolves outside"):
+        check_inside(tmp_path, tmp_path)
+
+
+def test_a_temporary_file_of_a_live_process_is_kept(tmp_path):
+    """Stale temporary files (of processes that are gone) are removed before a write; one of a live
+    process, this one, is its write in progress and stays."""
+    from pondernet_tutorial.runs.files import TEMP_SUFFIX, _remove_stale_temps, pid_alive
+
+    dead = next(pid for pid in range(4_000_000, 4_100_000) if not pid_alive(pid))
+    mine = tmp_path / f".record.json.{os.getpid()}-ab12cd34{TEMP_SUFFIX}"
+    gone = tmp_path / f".record.json.{dead}-ab12cd34{TEMP_SUFFIX}"
+    mine.write_text("writing")
+    gone.write_text("left by a kill")
+    _remove_stale_temps(tmp_path / "record.json")
+    assert mine.exists() and not gone.exists()
