@@ -194,3 +194,24 @@ def test_a_temporary_file_of_a_live_process_is_kept(tmp_path):
     gone.write_text("left by a kill")
     _remove_stale_temps(tmp_path / "record.json")
     assert mine.exists() and not gone.exists()
+
+
+def test_a_shipped_run_whose_record_names_another_configuration_is_refused(tmp_path, monkeypatch):
+    """load_pretrained holds the shipped folder's metadata.json to the configuration asked for (a
+    mutation sweep removed the check unseen): here a copy of one shipped run whose record says seed 1."""
+    import shutil
+
+    from pondernet_tutorial.runs.config import PRETRAINED_DIR, TrainConfig
+
+    config = TrainConfig.from_options(experiment="parity-interpolation", output_dir=str(PRETRAINED_DIR))
+    copy = tmp_path / "pretrained"
+    target = copy / config.run_dir.relative_to(PRETRAINED_DIR)
+    shutil.copytree(config.run_dir, target)
+    assert checkpoints.load_pretrained.__module__ == checkpoints.__name__
+    monkeypatch.setattr(checkpoints, "PRETRAINED_DIR", copy)
+    checkpoints.load_pretrained("parity-interpolation")  # the copy as shipped
+    metadata = json.loads((target / "metadata.json").read_text())
+    metadata["identity"]["seed"] = 1
+    (target / "metadata.json").write_text(json.dumps(metadata))
+    with pytest.raises(CheckpointError, match="seed"):
+        checkpoints.load_pretrained("parity-interpolation")
