@@ -266,8 +266,9 @@ def load_model(
     path = Path(path)
     if not os.path.lexists(path):
         raise CheckpointError(f"no model file at {path}; train one with `{command_name()} train`.")
-    in_run = (path.parent / "metadata.json").exists()  # a run folder's model file: never through a link
-    hparams, data = read_header(path, follow_links=not in_run)
+    in_run = (path.parent / "metadata.json").exists()
+    # a run folder's model file (its metadata beside it, or missing or damaged): never through a link
+    hparams, data = read_header(path, follow_links=not in_run and path.name != WEIGHTS)
     try:  # safetensors checks again that the header covers the bytes exactly
         state = safetensors_load(data)
     except (SafetensorError, ValueError, TypeError) as error:

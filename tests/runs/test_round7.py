@@ -302,6 +302,10 @@ def test_a_run_folders_model_file_is_never_read_through_a_link(tmp_path, capsys)
     with pytest.raises(CheckpointError, match="symbolic link"):
         load_model(config.run_dir / WEIGHTS, config=config)
     assert completed_run(config.run_dir, config.identity(), warn=False) is None
+    (config.run_dir / "metadata.json").rename(tmp_path / "metadata.json")  # (a re-check: then it was)
+    with pytest.raises(CheckpointError, match="symbolic link"):
+        load_model(config.run_dir / WEIGHTS, config=config)
+    (tmp_path / "metadata.json").rename(config.run_dir / "metadata.json")
     _, metadata = train(config)  # (before: RunExistsError, "already holds this trained run")
     assert not (config.run_dir / WEIGHTS).is_symlink() and outside.read_bytes() == kept
     assert metadata["epochs_run"] == 1
