@@ -77,7 +77,7 @@ class RunCheckpointIO(CheckedCheckpointIO):
         check_fits(checkpoint, self.module, "its last.ckpt", optimizer=False)
         history = check_last_checkpoint(checkpoint, self.run_dir, self.module, self.datamodule)
         replay_plateau_step(checkpoint, history[checkpoint["epoch"]])
-        replay_early_stopping(checkpoint, history, self.stopping())
+        check_early_stopping(checkpoint, history, self.stopping())
         if self.select_by is not None:
             check_best_score(checkpoint, history, self.select_by)
         return checkpoint
@@ -385,7 +385,7 @@ def _check_adam_settings(groups, lr: float, n_parameters: int) -> None:
         raise CheckpointError(f"its learning rate {rate!r} is not in (0, {lr:g}], the run's")
 
 
-def replay_early_stopping(checkpoint: dict, history: list[dict], stopping) -> None:
+def check_early_stopping(checkpoint: dict, history: list[dict], stopping) -> None:
     """Raise ``CheckpointError`` unless ``checkpoint`` holds the early-stopping state that ``stopping``
     (a new ``EarlyStopping``, as :func:`~pondernet_tutorial.fitting.fit` builds it for the run; ``None``
     for a run without one) reaches over the history's validation accuracies up to the checkpoint's
@@ -398,8 +398,8 @@ def replay_early_stopping(checkpoint: dict, history: list[dict], stopping) -> No
     key = stopping.state_key if stopping is not None else None
     if any(str(k).startswith("EarlyStopping") and k != key for k in states):
         raise CheckpointError("its early stopping is not the run's")
-    if stopping is None:
-        return
+    if stopping is None or not hasattr(stopping, "_evaluate_stopping_criteria"):
+        return  # (the rule is Lightning's private method: a version without it restores the state as is)
     last = checkpoint["epoch"]  # within the history (check_last_checkpoint)
     for epoch, row in enumerate(history[: last + 1]):
         accuracy = row.get("val/acc")
