@@ -494,7 +494,9 @@ def finishes_within(seconds, function, *args):
 
 @pytest.mark.parametrize("how", ["fifo", "devzero", "folder"])
 def test_a_checkpoint_that_is_not_a_regular_file_is_one_line_at_once(tmp_path, how, capsys):
-    path = tmp_path / WEIGHTS
+    # a link to /dev/zero under another name: a file named model.safetensors is never read through a
+    # link (round 7), so the device itself is met only through a link the user names otherwise
+    path = tmp_path / ("exported.safetensors" if how == "devzero" else WEIGHTS)
     make_unreadable(path, how)
     error = finishes_within(10, load_model, path)
     assert isinstance(error, CheckpointError) and "\n" not in str(error) and "regular file" in str(error)
