@@ -131,11 +131,7 @@ def check_fits(checkpoint: dict, module: torch.nn.Module, path, optimizer: bool 
         moments = optimizer.get("state") if isinstance(optimizer, dict) else None
         groups = optimizer.get("param_groups") if isinstance(optimizer, dict) else None
         if (
-            not isinstance(moments, dict)
-            or not all(
-                isinstance(i, int) and 0 <= i < len(shapes) and is_adam_state(v, shapes[i])
-                for i, v in moments.items()
-            )
+            not holds_adam_state(moments, shapes)
             or not isinstance(groups, list)
             or [g.get("params") if isinstance(g, dict) else None for g in groups]
             != [list(range(len(shapes)))]
@@ -152,6 +148,15 @@ def number(value):
     """A one-element tensor's number (torch keeps Adam's step and a captured rate as tensors); anything
     else as it is."""
     return value.item() if torch.is_tensor(value) and value.numel() == 1 else value
+
+
+def holds_adam_state(moments, shapes: list[tuple]) -> bool:
+    """Whether ``moments`` (an optimizer's saved ``state``, by the index of a weight) is a dictionary of
+    Adam's state (:func:`is_adam_state`) of weights of ``shapes``."""
+    return isinstance(moments, dict) and all(
+        isinstance(i, int) and 0 <= i < len(shapes) and is_adam_state(values, shapes[i])
+        for i, values in moments.items()
+    )
 
 
 def is_adam_state(values, shape: tuple) -> bool:

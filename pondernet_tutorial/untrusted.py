@@ -229,8 +229,7 @@ def read_json(path: str | os.PathLike, follow_links: bool = True) -> dict | None
     other error of the read (no permission, an I/O error) is raised: it says nothing of the record."""
     try:
         data = json.loads(read_regular(path, follow_links=follow_links).decode("utf-8"))
-    except (*NOT_THERE, DamagedFileError):
-        return None
-    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    except (*NOT_THERE, DamagedFileError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) and not nested_deeper_than(data) else None

@@ -20,7 +20,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from ..checkpointing import CheckedCheckpointIO, check_fits, is_adam_state, number, read_checkpoint_file
+from ..checkpointing import CheckedCheckpointIO, check_fits, holds_adam_state, number, read_checkpoint_file
 from ..untrusted import MAX_TABLE_BYTES, CheckpointError, read_json, read_table
 from .checkpoints import read_header
 from .config import WEIGHTS, check_same_identity, identity_differences
@@ -289,10 +289,7 @@ def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -
         raise CheckpointError("it does not hold the state of the run's one optimizer")
     (optimizer,) = optimizers  # Lightning restores it unchecked
     state = optimizer.get("state", {}) if isinstance(optimizer, dict) else None
-    if not isinstance(state, dict) or not all(
-        isinstance(i, int) and 0 <= i < len(parameters) and is_adam_state(values, parameters[i])
-        for i, values in state.items()
-    ):
+    if not holds_adam_state(state, parameters):
         raise CheckpointError("its optimizer state is not Adam's for this model's weights")
     if set(state) != trained_weights(module, datamodule):  # (a weight without state restarts Adam's)
         raise CheckpointError("its optimizer holds Adam's state for other weights than a step trains")
@@ -432,8 +429,8 @@ def check_best_score(checkpoint: dict, history: list[dict], select_by: str) -> N
             continue
         if not values or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
             raise CheckpointError(f"its history lacks finite values of {select_by}")
-        best = float(torch.tensor(float((min if mode(select_by) == "min" else max)(values))))
-        if not _same(state.get("best_model_score"), torch.tensor(best)):
+        best = torch.tensor(float((min if mode(select_by) == "min" else max)(values)))  # float32, as logged
+        if not _same(state.get("best_model_score"), best):
             raise CheckpointError(f"its best epoch's score is not the best {select_by} of its history")
 
 
