@@ -5,8 +5,9 @@ its own folder, may come from anyone:
 
 - :func:`read_checkpoint_file` reads it through one descriptor, checked by
   :func:`~pondernet_tutorial.untrusted.open_regular` (a regular file, never a link, a FIFO or a device,
-  of bounded size); the sizes its archive's members inflate to are added up before anything is
-  inflated, and ``torch.load`` runs weights-only (it never runs code from the file).
+  of bounded size); its archive must be one that torch.save writes (stored members, within the
+  bound), and its pickle may name nothing but tensors (:data:`CHECKPOINT_GLOBALS`), before
+  ``torch.load`` reads, weights-only, the archive written again from what was checked.
   :class:`CheckedCheckpointIO` makes every load that Lightning does go through it.
 - :class:`FolderCheckpoint` is Lightning's ``ModelCheckpoint`` restored without trusting a path: the
   paths that Lightning restores from a checkpoint are later deleted (the k-th best one, recursively)
@@ -17,6 +18,7 @@ its own folder, may come from anyone:
 from __future__ import annotations
 
 import io
+import pickletools
 import re
 import zipfile
 from pathlib import Path
@@ -25,7 +27,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from .untrusted import NOT_THERE, CheckpointError, DamagedFileError, open_regular
+from .untrusted import NOT_THERE, CheckpointError, DamagedFileError, open_regular, says_nothing_of_files
 
 CHECKPOINT_OVERHEAD = 64 * 2**20  # a checkpoint's counters, callback states and history, besides weights
 
@@ -37,17 +39,67 @@ def checkpoint_bound(module: torch.nn.Module) -> int:
     return 3 * weights + CHECKPOINT_OVERHEAD
 
 
+# What the pickle of a Lightning checkpoint may name (``data.pkl`` in torch.save's archive): a tensor's
+# rebuild, its storage's type and the ordered dictionary of a state dict. torch's weights-only loader
+# allows more, and more again once torch.distributed is imported (it calls any exception,
+# ``traceback.FrameSummary``, which reads a named file, and ``DeviceMesh``, which starts a process
+# group): none of that is in a checkpoint this package writes.
+CHECKPOINT_GLOBALS = frozenset(
+    {"collections OrderedDict", "torch._utils _rebuild_tensor_v2"}
+    | {
+        f"torch {kind}Storage"
+        for kind in ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool")
+    }
+)
+
+
+def checked_archive(data: bytes, path, max_bytes: int) -> io.BytesIO:
+    """The archive that ``torch.load`` may read: ``data`` as torch.save writes it (a zip archive of
+    stored members, at most ``max_bytes`` in all, one ``data.pkl`` naming only :data:`CHECKPOINT_GLOBALS`),
+    written again from the members that were checked, so that torch reads nothing else."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = archive.infolist()
+            if any(member.compress_type != zipfile.ZIP_STORED for member in members):
+                raise CheckpointError(f"{path} has compressed members, which torch.save never writes.")
+            if (size := sum(member.file_size for member in members)) > max_bytes:
+                raise CheckpointError(
+                    f"{path} holds {size:,} bytes, more than a checkpoint of this model ({max_bytes:,})."
+                )
+            contents = {member.filename: archive.read(member) for member in members}
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, NotImplementedError) as error:
+        raise CheckpointError(f"{path} is not an archive that torch.save writes ({error}).") from None
+    pickles = [name for name in contents if name.endswith("/data.pkl")]
+    if len(pickles) != 1:
+        raise CheckpointError(f"{path} is not an archive that torch.save writes (no single data.pkl).")
+    try:
+        named = {  # GLOBAL's "module name"; a name built on the stack (STACK_GLOBAL) or INST: never ours
+            arg if op.name == "GLOBAL" else op.name
+            for op, arg, _ in pickletools.genops(contents[pickles[0]])
+            if op.name in ("GLOBAL", "STACK_GLOBAL", "INST")
+        }
+    except Exception as error:  # a pickle that pickletools cannot read, torch cannot either
+        raise CheckpointError(f"{path} is not a pickle that torch.save writes ({error}).") from None
+    if unknown := sorted(str(name) for name in named - CHECKPOINT_GLOBALS):
+        raise CheckpointError(f"{path} names {unknown[0]}, which no checkpoint of a model holds.")
+    rewritten = io.BytesIO()
+    with zipfile.ZipFile(rewritten, "w", zipfile.ZIP_STORED) as archive:
+        for name, content in contents.items():
+            archive.writestr(name, content)
+    rewritten.seek(0)
+    return rewritten
+
+
 def read_checkpoint_file(path, max_bytes: int) -> dict:
     """A Lightning checkpoint read as data: a regular file (never a link, a FIFO or a device) of at most
-    ``max_bytes``, whose archive members inflate to at most ``max_bytes`` in all, loaded weights-only
-    from the descriptor that was checked.
+    ``max_bytes``, checked by :func:`checked_archive` and loaded weights-only.
 
     Raises:
         CheckpointError: one line on why the file cannot be read; never PyTorch's advice to load it
             unsafely.
-        OSError, MemoryError: the machine failed to read it (an I/O error, no permission, no memory),
-            which says nothing of the file: raised as they are, so that no caller takes the file for
-            damaged and deletes it.
+        OSError, MemoryError, RuntimeError: the machine failed to read it (an I/O error, no permission,
+            no memory), which says nothing of the file: raised as they are, so that no caller takes the
+            file for damaged and deletes it.
     """
     try:
         file = open_regular(path, max_bytes, follow_links=False)
@@ -60,21 +112,13 @@ def read_checkpoint_file(path, max_bytes: int) -> dict:
         data = file.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise CheckpointError(f"{path} grew past {max_bytes:,} bytes while it was read.")
-    buffer = io.BytesIO(data)
+    archive = checked_archive(data, path, max_bytes)
+    del data
     try:
-        if zipfile.is_zipfile(buffer):  # torch.save's format: its members' sizes, before inflating
-            with zipfile.ZipFile(buffer) as archive:
-                inflated = sum(member.file_size for member in archive.infolist())
-            if inflated > max_bytes:
-                raise CheckpointError(
-                    f"{path} inflates to {inflated:,} bytes, more than a checkpoint of this model "
-                    f"({max_bytes:,})."
-                )
-        buffer.seek(0)
-        checkpoint = torch.load(buffer, map_location="cpu", weights_only=True)
-    except (CheckpointError, MemoryError):  # the allocator's refusal says nothing of the file
-        raise
-    except Exception as error:  # a pickle that asks for code, a truncated file: the first line only
+        checkpoint = torch.load(archive, map_location="cpu", weights_only=True)
+    except Exception as error:  # a truncated file, a pickle that asks for code: the first line only
+        if says_nothing_of_files(error):  # out of memory (torch's allocator raises a RuntimeError)
+            raise
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
         raise CheckpointError(f"{path} is not a weights-only checkpoint ({first})") from None
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):

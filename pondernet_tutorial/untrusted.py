@@ -35,9 +35,58 @@ class DamagedFileError(OSError):
         return self.strerror or super().__str__()
 
 
+class ReadRefusedError(PermissionError):
+    """The permissions refuse to open a file for reading: the machine's answer, not a verdict on the
+    file (nothing is deleted for it), and no refused write (no other folder helps)."""
+
+
 class CheckpointError(RuntimeError):
     """A model file or checkpoint is missing, damaged, names code that is not registered, or does not
     fit the model that its folder records or that the caller asks for: one line."""
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is the allocator's refusal: a ``MemoryError``, or a ``RuntimeError`` that says
+    so (CUDA's and MPS's out-of-memory errors, PyTorch's failed allocations)."""
+    text = str(error).lower()
+    return isinstance(error, MemoryError) or (
+        isinstance(error, RuntimeError)
+        and any(word in text for word in ("alloc", "out of memory", "not enough memory"))
+    )
+
+
+# what a failure of the device says of itself (CUDA's, its driver's, cuDNN's, cuBLAS's, NCCL's, Triton's,
+# ROCm's and XPU's errors, an ECC error, a device-side assert): RuntimeErrors, as a damaged checkpoint's
+# are. The checkpoint's own names (its weights', its callbacks') are checked before Lightning restores it,
+# so that none of them reaches an error's text here
+DEVICE_FAILURES = (
+    "cuda",
+    "cudnn",
+    "cublas",
+    "nccl",
+    "triton",
+    "ecc error",
+    "device-side assert",
+    "hip error",
+    "xpu",
+)
+
+
+def is_device_failure(error: BaseException) -> bool:
+    """Whether ``error`` is the accelerator's failure (``torch.AcceleratorError`` where PyTorch has it,
+    else a ``RuntimeError`` that says so, :data:`DEVICE_FAILURES`), not a verdict on a file."""
+    accelerator = type(error).__name__ == "AcceleratorError"  # PyTorch >= 2.8; not imported here
+    text = str(error).lower()
+    return accelerator or (isinstance(error, RuntimeError) and any(word in text for word in DEVICE_FAILURES))
+
+
+def says_nothing_of_files(error: BaseException) -> bool:
+    """Whether ``error`` is the machine's (out of memory, a failure of the device, an I/O error, no
+    permission) rather than a verdict on the files being read (:class:`DamagedFileError`,
+    :class:`CheckpointError`, which may quote the file's own names)."""
+    if isinstance(error, (DamagedFileError, CheckpointError)):
+        return False
+    return is_out_of_memory(error) or is_device_failure(error) or isinstance(error, OSError)
 
 
 def open_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES, follow_links: bool = True):
@@ -49,6 +98,8 @@ def open_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES, follow_link
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags if follow_links else flags | getattr(os, "O_NOFOLLOW", 0))
+    except PermissionError as error:
+        raise ReadRefusedError(error.errno, error.strerror, error.filename) from None
     except OSError as error:
         if follow_links or error.errno != errno.ELOOP:
             raise

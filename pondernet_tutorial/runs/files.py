@@ -26,7 +26,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from ..untrusted import CheckpointError, DamagedFileError
+from ..untrusted import DamagedFileError
 from .processes import is_rank_zero, pid_alive
 
 TEMP_SUFFIX = ".tmp"
@@ -78,50 +78,6 @@ def write_failed(
 def is_write_refusal(error: BaseException) -> bool:
     """Whether ``error`` is the disk's or the permissions' refusal of a write (see :data:`WRITE_ERRNOS`)."""
     return isinstance(error, OSError) and error.errno in WRITE_ERRNOS
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    """Whether ``error`` is the allocator's refusal: a ``MemoryError``, or a ``RuntimeError`` that says
-    so (CUDA's and MPS's out-of-memory errors, PyTorch's failed allocations)."""
-    text = str(error).lower()
-    return isinstance(error, MemoryError) or (
-        isinstance(error, RuntimeError)
-        and any(word in text for word in ("alloc", "out of memory", "not enough memory"))
-    )
-
-
-# what a failure of the device says of itself (CUDA's, its driver's, cuDNN's, cuBLAS's, NCCL's, Triton's,
-# ROCm's and XPU's errors, an ECC error, a device-side assert): RuntimeErrors, as a damaged checkpoint's
-# are. The checkpoint's own names (its weights', its callbacks') are checked before Lightning restores it,
-# so that none of them reaches an error's text here
-DEVICE_FAILURES = (
-    "cuda",
-    "cudnn",
-    "cublas",
-    "nccl",
-    "triton",
-    "ecc error",
-    "device-side assert",
-    "hip error",
-    "xpu",
-)
-
-
-def is_device_failure(error: BaseException) -> bool:
-    """Whether ``error`` is the accelerator's failure (``torch.AcceleratorError`` where PyTorch has it,
-    else a ``RuntimeError`` that says so, :data:`DEVICE_FAILURES`), not a verdict on a file."""
-    accelerator = type(error).__name__ == "AcceleratorError"  # PyTorch >= 2.8; not imported here
-    text = str(error).lower()
-    return accelerator or (isinstance(error, RuntimeError) and any(word in text for word in DEVICE_FAILURES))
-
-
-def says_nothing_of_files(error: BaseException) -> bool:
-    """Whether ``error`` is the machine's (out of memory, a failure of the device, an I/O error, no
-    permission) rather than a verdict on the files being read
-    (:class:`~pondernet_tutorial.untrusted.DamagedFileError`)."""
-    if isinstance(error, (DamagedFileError, CheckpointError)):  # the package's verdicts (which may quote
-        return False  # the file's own names)
-    return is_out_of_memory(error) or is_device_failure(error) or isinstance(error, OSError)
 
 
 def _temp_name(path: Path) -> Path:

@@ -32,6 +32,7 @@ from lightning.pytorch.callbacks import Callback
 from ..checkpointing import FolderCheckpoint, checkpoint_bound
 from ..fast_path import GraphedPonderLitModule
 from ..fitting import early_stopping, fit, mode
+from ..untrusted import says_nothing_of_files
 from .build import (
     check_fits_data,
     check_logger_available,
@@ -50,7 +51,6 @@ from .files import (
     check_unlocked,
     folder_lock,
     is_write_refusal,
-    says_nothing_of_files,
     write_csv,
     write_failed,
     write_json,

@@ -236,8 +236,8 @@ def history_lost(last: Path):
     [
         (other_hparams, "model hyperparameters are not this configuration's"),  # row 9
         (other_data_hparams, "data hyperparameters are not this configuration's"),
-        (pickle_gadget, "not a weights-only checkpoint"),  # 11
-        (truncate, "not a weights-only checkpoint"),  # 12
+        (pickle_gadget, "names posix system"),  # 11, before torch.load (round 8)
+        (truncate, "not an archive that torch.save"),  # 12
         (other_shape, "is not a checkpoint of this model"),  # 13, before Lightning's restore (check_fits)
         (dev_zero, "last.ckpt is a symbolic link"),  # 14
         (garbage_generator, "RNG state"),  # 15, in Lightning's restore
