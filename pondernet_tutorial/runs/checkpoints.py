@@ -273,7 +273,7 @@ def load_model(
         state = safetensors_load(data)
     except (SafetensorError, ValueError, TypeError) as error:
         raise CheckpointError(f"{path} is not a whole {WEIGHTS} file ({one_line(error)})") from None
-    unknown = sorted(set(hparams) - set(inspect.signature(RunModule.__init__).parameters) - NOT_SAVED)
+    unknown = sorted(set(hparams) - (set(inspect.signature(RunModule.__init__).parameters) - NOT_SAVED))
     if unknown:
         raise CheckpointError(f"{path} has hyperparameters this package does not know: {', '.join(unknown)}.")
     for name in ("step_options", "method_options"):

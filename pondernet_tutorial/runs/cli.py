@@ -292,6 +292,7 @@ def main(argv=None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except OSError as error:  # a full disk, no permission: one line naming the file and the free space
+        from ..untrusted import ReadRefusedError
         from .files import WriteFailedError, is_write_refusal, write_failed
 
         # a path the user gave, with a name over the file system's limit
@@ -301,11 +302,11 @@ def main(argv=None) -> int:
                 file=sys.stderr,
             )
             return 2
-        if not is_write_refusal(error):
+        if not is_write_refusal(error) or isinstance(error, ReadRefusedError):
             if error.errno is None:
                 raise
-            # the system's failure (an I/O error of a disk or a network file system): nothing was taken
-            # for a damaged file, so nothing was deleted
+            # the system's failure (an I/O error of a disk or a network file system, a refused read):
+            # nothing was taken for a damaged file, so nothing was deleted
             where = error.filename or _destination(args)
             print(
                 f"error: could not use {where} ({error.strerror or error}): nothing was deleted; run the "
@@ -439,7 +440,7 @@ def _run(args) -> int:
     except errors as error:  # in the command line's words (--overwrite, not overwrite=True) where they differ
         raise UserError(getattr(error, "command_line", None) or str(error)) from error
     except (MemoryError, RuntimeError) as error:  # the allocator's refusal: one line, no traceback
-        from .files import is_out_of_memory
+        from ..untrusted import is_out_of_memory
 
         text = " ".join(str(error).split())
         if not is_out_of_memory(error):

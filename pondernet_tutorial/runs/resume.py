@@ -232,6 +232,11 @@ def _check_entries(run_dir: Path) -> None:
             path = here / name
             info = os.lstat(path)
             relative = path.relative_to(run_dir)
+            # the csv logger takes the next version_<n> not held by a folder, and fails on any other
+            # entry of that name: only folders, so that the run can continue
+            if relative.parts[0] == "logs" and len(relative.parts) == 2 and name.startswith("version_"):
+                if not stat.S_ISDIR(info.st_mode):
+                    raise CheckpointError(f"{relative} is not a folder of the run's history")
             if stat.S_ISLNK(info.st_mode):
                 if relative.parts[0] != "logs" or inside not in path.resolve().parents:
                     raise CheckpointError(

@@ -340,8 +340,15 @@ def run_one(
                     raise ConfigMismatchError(
                         f"{run_dir} holds another configuration ({'; '.join(differences)}); pass --overwrite to retrain it."
                     )
-            if not overwrite and not reevaluate and tables_up_to_date(config, limit):
-                if not halting_up_to_date(config, limit):  # the tables are kept; only the coins are drawn
+            # the tables are kept; at most the halting coins are drawn again, from the per-sample table
+            # (a run whose per-sample table was removed is evaluated again, below)
+            if (
+                not overwrite
+                and not reevaluate
+                and tables_up_to_date(config, limit)
+                and (halting_up_to_date(config, limit) or (run_dir / "per_sample.csv.gz").is_file())
+            ):
+                if not halting_up_to_date(config, limit):
                     say(f"== drawing halting coins {run_dir}", flush=True)
                     evaluate_halting(config, limit=limit, overwrite=True)
                 return {"run_dir": str(run_dir), "seconds": 0.0, "done": "reused"}
