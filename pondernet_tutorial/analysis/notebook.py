@@ -158,11 +158,13 @@ def load_model(root, run):
 
 
 def load_json(root, run, name: str = "metadata.json") -> dict:
-    import json
+    """A run's record, read as the run machinery reads it (bounded, nested at most MAX_DEPTH deep)."""
+    from ..untrusted import read_json
 
-    from ..untrusted import read_regular
-
-    return json.loads(read_regular(run_file(root, run, name)).decode("utf-8"))
+    path = run_file(root, run, name)
+    if (record := read_json(path)) is None:
+        raise ValueError(f"{path} is missing or is not a record of this package: reproduce the run again.")
+    return record
 
 
 def load_table(root, runs, name: str):

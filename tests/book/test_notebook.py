@@ -141,3 +141,15 @@ def test_a_relative_data_dir_is_refused_with_what_to_do(monkeypatch):
         resolve_data_dir()
     monkeypatch.setenv("PONDERNET_DATA_DIR", "/data/mnist")
     assert resolve_data_dir() == Path("/data/mnist")
+
+
+def test_a_run_record_nested_without_end_is_refused_in_one_line(tmp_path):
+    """The chapters read each run's metadata.json through load_json; a record nested 100,000 deep made
+    json.loads raise a RecursionError in the notebook (round 8 of attacks). It is now read as the run
+    machinery reads it, depth-bounded. (Break: load_json with json.loads again.)"""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metadata.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="is not a record of this package"):
+        notebook.load_json(tmp_path, {"path": "run"})
+    (tmp_path / "run" / "metadata.json").write_text('{"config": {"seed": 0}}')
+    assert notebook.load_json(tmp_path, {"path": "run"}) == {"config": {"seed": 0}}
