@@ -17,8 +17,10 @@ from numbers import Integral, Real
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping
+from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from .checkpointing import CheckedCheckpointIO, FolderCheckpoint, checkpoint_bound
+from .checks import check_batch
 from .fast_path import fast_module
 from .lightning_module import PonderLitModule
 from .threads import training_threads
@@ -47,8 +49,9 @@ class StopOnNonFinite(Callback):
             what = f"training loss {float(loss)}" if not finite_loss else "weights"
             raise TrainingDivergedError(
                 f"training diverged in epoch {trainer.current_epoch + 1} (non-finite {what}); no model was "
-                f"saved: lower the learning rate (lr={pl_module.hparams.get('lr')}) or clip the gradients "
-                "(the Trainer's gradient_clip_val; --grad-clip on the command line)."
+                f"saved: check the data for NaN or infinite values, lower the learning rate "
+                f"(lr={pl_module.hparams.get('lr')}) or clip the gradients (the Trainer's "
+                "gradient_clip_val; --grad-clip on the command line)."
             )
 
 
@@ -62,6 +65,19 @@ class StayStopped(Callback):
         reason = getattr(trainer.early_stopping_callback, "stopping_reason", None)  # Lightning >= 2.5
         if reason is not None and reason.name != "NOT_STOPPED":
             trainer.should_stop = True
+
+
+class CheckBatches(Callback):
+    """Refuse a batch that is not ``(inputs, targets)`` of class indices, in one line, before the step
+    that would fail deep inside (:func:`~pondernet_tutorial.checks.check_batch`)."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        check_batch(batch, pl_module.model)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        check_batch(batch, pl_module.model)
+
+    on_test_batch_start = on_validation_batch_start
 
 
 def early_stopping(
@@ -80,10 +96,30 @@ def mode(metric: str) -> str:
     return "min" if metric.endswith("loss") else "max"
 
 
-def check_arguments(datamodule, max_epochs, patience, stop_at_val_acc) -> None:
+def check_arguments(module, datamodule, max_epochs, patience, stop_at_val_acc, ckpt_path, options) -> None:
     """fit()'s arguments, each refused in one line that says what it takes."""
+    if not isinstance(module, PonderLitModule):
+        raise TypeError(
+            f"need a PonderLitModule, got {type(module).__name__}: wrap a halting method as "
+            "PonderLitModule(PonderNet(...))."
+        )
     if not isinstance(datamodule, L.LightningDataModule):
         raise TypeError(f"need a LightningDataModule (see from_datasets), got {type(datamodule).__name__}.")
+    validates = options.get("limit_val_batches") != 0 and is_overridden(
+        "val_dataloader", datamodule, L.LightningDataModule
+    )
+    if (patience or stop_at_val_acc is not None) and not validates:  # Lightning fails after an epoch
+        raise ValueError(
+            "patience and stop_at_val_acc watch the validation accuracy: give the datamodule validation "
+            "data (from_datasets(train, val)), or leave them out."
+        )
+    if options.get("enable_checkpointing") is False:
+        raise ValueError("fit keeps the best epoch with a checkpoint: leave enable_checkpointing out.")
+    if ckpt_path == "last":  # Lightning would warn and train from scratch
+        raise ValueError(
+            "fit keeps the best epoch's checkpoint, not the last: continue from that file "
+            "(ckpt_path=trainer.checkpoint_callback.best_model_path of the earlier fit)."
+        )
     for name, value, low in (
         ("max_epochs", max_epochs, 1),
         ("patience", 0 if patience is None else patience, 0),
@@ -129,8 +165,10 @@ def fit(
         best: the checkpoint callback that keeps the best epoch (default: a
             :class:`~pondernet_tutorial.checkpointing.FolderCheckpoint` ranking by ``select_by``, in a folder
             of the Trainer's); it trusts no path restored from ``ckpt_path``.
-        ckpt_path: a Lightning checkpoint to continue from, as ``Trainer.fit`` takes it; read as data
-            (:func:`~pondernet_tutorial.checkpointing.read_checkpoint_file`), as is the best epoch's file.
+        ckpt_path: a Lightning checkpoint to continue from, such as the best epoch's file of an earlier
+            fit (``trainer.checkpoint_callback.best_model_path``; fit keeps no last checkpoint); read as
+            data (:func:`~pondernet_tutorial.checkpointing.read_checkpoint_file`), as is the best epoch's
+            file.
         threads: PyTorch's threads while training (default
             :func:`~pondernet_tutorial.threads.default_threads`: one on a machine of at most two
             cores); the caller's number comes back afterwards.
@@ -149,12 +187,15 @@ def fit(
             end of every epoch); the module keeps no best weights.
         CheckpointError: ``ckpt_path`` or the best epoch's file is not a checkpoint of this model.
     """
-    check_arguments(datamodule, max_epochs, patience, stop_at_val_acc)
+    check_arguments(module, datamodule, max_epochs, patience, stop_at_val_acc, ckpt_path, trainer_options)
     best = best or FolderCheckpoint(filename="best", monitor=select_by, mode=mode(select_by))
-    callbacks = [best, *callbacks, StopOnNonFinite()]
+    given = [callbacks] if isinstance(callbacks, Callback) else list(callbacks)
+    callbacks = [best, *given, StopOnNonFinite(), CheckBatches()]
     if (stopping := early_stopping(patience, stop_at_val_acc, max_epochs)) is not None:
         callbacks += [stopping, StayStopped()]
+    extra = trainer_options.pop("plugins", None) or []
     plugins = [checkpoint_io or CheckedCheckpointIO(checkpoint_bound(module), module)]
+    plugins += extra if isinstance(extra, (list, tuple)) else [extra]
     trainer = L.Trainer(max_epochs=max_epochs, callbacks=callbacks, plugins=plugins, **trainer_options)
     trained = fast_module(module, trainer, fast)  # module itself, or on a GPU its graphed step
     with training_threads(threads):

@@ -19,6 +19,12 @@ from torch import Tensor
 
 
 # ------------------------------------------------------------------ the domains of λ_p, N and ε
+def _number(value, name: str, domain: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number {domain}, got {value!r}.")
+    return float(value)
+
+
 def check_lambda_p(lambda_p: float, name: str = "lambda_p") -> float:
     """Return ``lambda_p`` as a float or raise a ``ValueError`` that says what is allowed.
 
@@ -64,7 +70,7 @@ def check_max_steps(max_steps: int, name: str = "max_steps") -> int:
 def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
     """ε must lie in (0, 1): a sample halts once the mass that halted reaches 1 − ε (the paper's rule for N
     in training; ACT's rule, Σ η ≥ 1 − ε)."""
-    epsilon = float(epsilon)
+    epsilon = _number(epsilon, name, "strictly between 0 and 1")
     if not 0.0 < epsilon < 1.0:
         raise ValueError(
             f"{name} must lie strictly between 0 and 1 (halting at a mass of 1 − ε), got {epsilon}."
@@ -75,11 +81,18 @@ def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
 def check_weight(weight: float, name: str) -> float:
     """Return the weight of a loss term (PonderNet's β, ACT's τ) as a float, or raise a ``ValueError``:
     it must be finite and >= 0 (0 turns the term off)."""
-    if not 0 <= float(weight) < math.inf:
+    if not 0 <= _number(weight, name, ">= 0 and finite") < math.inf:
         raise ValueError(
             f"{name} must be >= 0 and finite, got {weight}: it weighs a loss term (0 turns it off)."
         )
     return float(weight)
+
+
+def check_bias(bias: float, name: str = "halting_bias") -> float:
+    """Return an initial bias as a float, or raise a ``ValueError``: it must be a finite number."""
+    if not math.isfinite(_number(bias, name, "that is finite")):
+        raise ValueError(f"{name} must be a finite number, got {bias!r}.")
+    return float(bias)
 
 
 def halting_uniforms(batch: int, max_steps: int, generator: torch.Generator | None = None) -> Tensor:
@@ -90,6 +103,11 @@ def halting_uniforms(batch: int, max_steps: int, generator: torch.Generator | No
     halts on every device and for every way of splitting a data set into batches: drawing ``(10, N)``
     and then ``(5, N)`` gives the same rows as drawing ``(15, N)`` at once.
     """
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"generator must be a torch.Generator, such as torch.Generator().manual_seed(0), got "
+            f"{type(generator).__name__}."
+        )
     return torch.rand(batch, max_steps, generator=generator)
 
 

@@ -18,6 +18,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
 
+from .checks import check_module
 from .methods.base import Unroll, expected_steps
 
 
@@ -34,12 +35,7 @@ class PonderLitModule(L.LightningModule):
 
     def __init__(self, model, lr=1e-3, lr_schedule="plateau", lr_patience=2, lr_factor=0.5, eval_seed=0):
         super().__init__()
-        if not callable(getattr(model, "loss", None)):  # a step function, not yet in a halting method
-            raise TypeError(f"model must be a halting method, e.g. PonderNet({type(model).__name__}(...)).")
-        if not isinstance(lr, (int, float)) or not lr > 0 or lr_schedule not in ("plateau", "constant"):
-            raise ValueError(
-                f"need lr > 0 and lr_schedule 'plateau' or 'constant', got {lr}, {lr_schedule!r}."
-            )
+        check_module(model, lr, lr_schedule, lr_patience, lr_factor, eval_seed)  # each a one-line error
         self.save_hyperparameters(ignore=["model"])  # what a checkpoint records besides the weights
         self.model = model
         self.train_metrics, self.val_metrics = self.stage_metrics(training=True), self.stage_metrics()

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 import torch
+from torch.utils.data import DataLoader, Dataset
 
 from ..runs.evaluation import spearman
 from .paper_claims import wilson
@@ -19,7 +20,7 @@ ONE_INPUT = "no verdict from a single input"
 
 @dataclass
 class Diagnosis:
-    mean_steps: float  # E[n] = Σ_n n·p_n, averaged over the batch
+    mean_steps: float  # E[n] = Σ_n n·p_n (ACT and fixed depth: the steps computed), over the batch
     spread: float  # standard deviation over samples of E[n]
     mass_at_n: float  # mean p_N: the share of the halting mass left on the last step
     rho: float | None  # Spearman ρ between E[n] and the difficulty the user supplies
@@ -53,6 +54,9 @@ def diagnose(
         show: print the diagnosis (the returned :class:`Diagnosis` holds the same numbers).
         rules: the thresholds of the verdict (default: the book's :class:`Rules`).
 
+    A method whose halting flips no coin (ACT, a fixed depth) is judged by the steps each input takes,
+    ``T(x)``, as in the book's tables, where ``E[n]`` stands below.
+
     The verdict is the book's rule 3 on one model: *fixed depth* when ``E[n]`` varies by less than
     ``rules.spread`` steps over the inputs, whatever ``ρ``; otherwise by ``ρ`` against the difficulty.
     A verdict on halting means something only for a model that has learned the task: given
@@ -61,6 +65,10 @@ def diagnose(
     """
     if isinstance(x, torch.Tensor) and x.dim() == 0:
         raise ValueError("diagnose needs a batch of at least one input, got a tensor of shape ()")
+    if isinstance(x, (DataLoader, Dataset)):  # the step function would fail inside, on its first line
+        raise TypeError(
+            f"diagnose needs a batch of inputs, got a {type(x).__name__}: take one with next(iter(loader))[0]"
+        )
     rules = rules or Rules()
     method = _method(model)
     if not callable(getattr(method, "weights", None)):
@@ -70,13 +78,13 @@ def diagnose(
     try:
         out = method(x)
         p = method.weights(out).float()  # (N, B)  p_n = λ_n ∏_{j<n}(1−λ_j)
-        answers = None
-        if targets is not None:
+        answers = halt_step = None
+        if targets is not None or not getattr(method, "random_halting", True):
             if not callable(getattr(method, "answer", None)):
                 raise ValueError(
                     "diagnose needs a method with answer(out) to score targets: pass a PonderNet"
                 )
-            answers, _ = method.answer(out, torch.Generator().manual_seed(0))  # (B, C)
+            answers, halt_step = method.answer(out, torch.Generator().manual_seed(0))  # (B, C), (B,)
     finally:
         method.train(training)
     if p.shape[1] == 0:  # an empty batch, whatever the model takes as input
@@ -85,6 +93,9 @@ def diagnose(
         raise ValueError("the halting distribution has non-finite values: check the model's halting logits")
     n = torch.arange(1, p.shape[0] + 1, dtype=p.dtype).unsqueeze(1)  # (N, 1)
     expected = (n * p).sum(0)  # (B,)  E[n] = Σ_n n·p_n
+    computed = not getattr(method, "random_halting", True)
+    if computed:  # ACT, fixed depth: the steps each input takes, T(x), as in the book's tables
+        expected = halt_step.to(p.dtype)
     spread = float(expected.std()) if expected.numel() > 1 else 0.0
     rho = beyond = None
     if difficulty is not None:
@@ -101,7 +112,7 @@ def diagnose(
         rho = float(spearman(pd.Series(d.numpy()), pd.Series(expected.cpu().numpy())))
         beyond = float((expected.cpu().double() - d).mean())  # E[n] − difficulty
     accuracy = mark = None
-    if answers is not None:
+    if targets is not None:
         y = torch.as_tensor(targets).flatten().to(answers.device)
         if len(y) != expected.shape[0]:
             raise ValueError(
@@ -134,8 +145,10 @@ def diagnose(
     )
     if show:
         prior_text = "" if prior_mean is None else f" (the prior's mean over 1..N: {prior_mean:.2f})"
-        print(f"expected steps E[n] = {result.mean_steps:.2f} of N = {p.shape[0]}{prior_text}")
-        print(f"spread of E[n] over the inputs: {spread:.2f} steps")
+        steps = "T(x)" if computed else "E[n]"
+        label = "steps taken T(x)" if computed else "expected steps E[n]"
+        print(f"{label} = {result.mean_steps:.2f} of N = {p.shape[0]}{prior_text}")
+        print(f"spread of {steps} over the inputs: {spread:.2f} steps")
         print(
             "halting distribution, mean p_n for n = 1..N:", " ".join(f"{v:.2f}" for v in result.distribution)
         )
@@ -146,7 +159,7 @@ def diagnose(
             )
         if rho is not None:
             print(f"Spearman rho against your difficulty: {rho:.2f}")
-            print(f"steps beyond the difficulty, mean of E[n] - difficulty: {beyond:+.2f}")
+            print(f"steps beyond the difficulty, mean of {steps} - difficulty: {beyond:+.2f}")
         print(
             f"verdict: {verdict} (rules: fixed depth if the spread is below {rules.spread} or "
             f"|rho| < {rules.flat}; follows difficulty if rho >= {rules.follows})"

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..halting import check_max_steps
-from ..steps.base import StepFunction
+from ..halting import check_bias, check_max_steps
+from ..steps.base import StepFunction, check_step, halting_head
 
 
 class Unroll(NamedTuple):  # every step's prediction ŷ_n (N, B, C) and halting logit z_n (N, B)
@@ -29,8 +29,8 @@ def per_sample_loss(loss_fn, logits: Tensor, targets: Tensor) -> Tensor:
     losses = loss_fn(logits, targets)
     if losses.shape != targets.shape[:1]:
         raise ValueError(
-            f"loss_fn must return one loss per sample (shape {tuple(targets.shape[:1])}), got shape "
-            f"{tuple(losses.shape)}: use reduction='none'."
+            f"loss_fn must return one loss per sample, shape {tuple(targets.shape[:1])}, got {tuple(losses.shape)} "
+            f"from predictions {tuple(logits.shape)}: use reduction='none', on predictions of the targets' shape."
         )
     return losses
 
@@ -87,13 +87,8 @@ class HaltingMethod(nn.Module):
         if self.eval_steps < self.max_steps:  # validation's loss reads the first max_steps steps
             raise ValueError(f"eval_max_steps ({eval_max_steps}) must be >= max_steps ({max_steps}).")
         self.loss_fn = loss_fn or per_sample_cross_entropy
-        if halting_bias is not None:
-            head = getattr(step_function, "halting_head", None)
-            if not isinstance(head, nn.Linear) or head.bias is None:
-                raise ValueError(
-                    f"halting_bias needs a halting_head (nn.Linear, with a bias) in {type(step_function).__name__}."
-                )
-            nn.init.constant_(head.bias, float(halting_bias))
+        if halting_bias is not None:  # the halting head's initial bias (ACT's +1)
+            nn.init.constant_(halting_head(step_function).bias, check_bias(halting_bias))
 
     def forward(self, x, steps: int | None = None) -> Unroll:
         steps = steps or (self.max_steps if self.training else self.eval_steps)  # every step, every sample
@@ -102,6 +97,8 @@ class HaltingMethod(nn.Module):
         logits, halting_logits = [], []
         for _ in range(steps):
             y_n, z_n, h = self.step_function.step(context, h)  # (ŷ_n, z_n, h_{n+1}) = s(x, h_n)
+            if not logits and (getattr(z_n, "shape", None) != y_n.shape[:1] or y_n.dim() != 2):
+                check_step(y_n, z_n)  # the first step's shapes: what is wrong, before it broadcasts
             logits.append(y_n)
             halting_logits.append(z_n)
         return Unroll(torch.stack(logits), torch.stack(halting_logits))

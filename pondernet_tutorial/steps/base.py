@@ -68,11 +68,23 @@ class StepFunction(nn.Module):
 
     def initial_state(self, context: State) -> State:
         """``h_1`` for a batch."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define initial_state(self, context): h_1.")
 
     def step(self, context: State, h: State) -> tuple[Tensor, Tensor, State]:
         """One step: returns ``(ŷ_n (B, C), z_n (B,), h_{n+1})``."""
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} must define step(self, context, h): (ŷ_n, z_n, h_next)."
+        )
+
+
+def halting_head(step_function: StepFunction) -> nn.Linear:
+    """The step function's halting layer, whose bias a method sets (ACT's ``halting_bias``)."""
+    head = getattr(step_function, "halting_head", None)
+    if not isinstance(head, nn.Linear) or head.bias is None:
+        raise ValueError(
+            f"halting_bias needs a halting_head (nn.Linear, with a bias) in {type(step_function).__name__}."
+        )
+    return head
 
 
 SQUEEZE = "a step returns z_n of shape (batch,): halting_head(h).squeeze(1)"
@@ -81,6 +93,14 @@ SQUEEZE = "a step returns z_n of shape (batch,): halting_head(h).squeeze(1)"
 def check_step(y_n: Tensor, z_n: Tensor) -> None:
     """A step's prediction ``ŷ_n (B, C)`` and halting logit ``z_n (B,)``, as a method reads them: a
     ``(B, 1)`` logit (``.squeeze(1)`` forgotten) would broadcast into wrong shapes further on."""
+    if not isinstance(y_n, Tensor) or not isinstance(z_n, Tensor) or y_n.dim() != 2:
+        what = ", ".join(
+            f"{tuple(v.shape)}" if isinstance(v, Tensor) else type(v).__name__ for v in (y_n, z_n)
+        )
+        raise ValueError(
+            f"a step returns (ŷ_n, z_n, h_next): the prediction (batch, classes) and the halting logit "
+            f"(batch,) as tensors, got {what}."
+        )
     if z_n.shape != y_n.shape[:1]:
         raise ValueError(
             f"the halting logit z_n must have shape {tuple(y_n.shape[:1])}, got {tuple(z_n.shape)}: {SQUEEZE}."

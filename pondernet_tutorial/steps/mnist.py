@@ -29,8 +29,9 @@ from .base import StepFunction, check_sizes
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 
 
-def check_images(x: Tensor) -> None:
-    """Raise a ``ValueError`` unless ``x`` is a float batch of shape ``(B, 1, 28, 28)``."""
+def check_images(x: Tensor, values: bool = False) -> None:
+    """Raise a ``ValueError`` unless ``x`` is a float batch of shape ``(B, 1, 28, 28)``; ``values``: and
+    its pixels lie in [0, 1] (a check that waits for the device: made outside training's step)."""
     if not isinstance(x, Tensor):
         raise TypeError(f"expected a torch.Tensor of images, got {type(x).__name__}.")
     if x.dim() != 4 or tuple(x.shape[1:]) != (1, 28, 28):
@@ -41,6 +42,13 @@ def check_images(x: Tensor) -> None:
             f"expected floating-point pixel intensities in [0, 1], got dtype {x.dtype}; "
             "convert uint8 images with x.float() / 255."
         )
+    if values and not torch.compiler.is_compiling() and x.numel():
+        low, high = float(x.min()), float(x.max())
+        if low < -0.01 or high > 1.01:  # bilinear rotation keeps [0, 1]; 0..255, or normalised twice
+            raise ValueError(
+                f"expected pixel intensities in [0, 1], got values from {low:.2f} to {high:.2f}: divide "
+                "0..255 images by 255, and do not normalise them (the step does)."
+            )
 
 
 def reference_trunk(dropout: float) -> nn.Sequential:
@@ -104,7 +112,7 @@ class MNISTStep(StepFunction):
     def encode(self, x: Tensor) -> Tensor:
         """The CNN embedding ``e`` and, since ``e`` is the same at every step, its share of the MLP's
         first layer: ``W [e, h] + b = (W_e e + b) + W_h h``. Returns ``W_e e + b``, ``(B, H)``."""
-        check_images(x)
+        check_images(x, values=not self.training)
         e = self.embedding(x)  # e: (B, embedding_size)
         first = self.mlp[0]
         return F.linear(e, first.weight[:, : e.shape[1]], first.bias)  # W_e e + b, once per input
@@ -149,7 +157,7 @@ class MNISTRefineStep(StepFunction):
         self.halting_head = nn.Linear(hidden_size, 1)
 
     def encode(self, x: Tensor) -> Tensor:
-        check_images(x)
+        check_images(x, values=not self.training)
         return self.trunk((x - self.mean) / self.std)  # F_1: (B, 20, 4, 4)
 
     def initial_state(self, context: Tensor) -> Tensor:
@@ -177,7 +185,7 @@ class MNISTPlainStep(StepFunction):
         self.output_head = nn.Linear(embedding_size, n_classes)
 
     def encode(self, x: Tensor) -> Tensor:
-        check_images(x)
+        check_images(x, values=not self.training)
         return self.embedding(x)
 
     def initial_state(self, context: Tensor) -> Tensor:

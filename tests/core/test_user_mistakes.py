@@ -109,3 +109,222 @@ def test_fit_refuses_a_negative_patience_and_an_accuracy_above_1(given, message)
     datamodule = LightningDataModule.from_datasets(TensorDataset(*data), TensorDataset(*data), batch_size=4)
     with pytest.raises(ValueError, match=message):
         fit(PonderLitModule(PonderNet(Step(), max_steps=3)), datamodule, max_epochs=1, **given)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The second reuse review (stop 60): each test failed on 05bfcac, before its change.
+
+QUIET = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+
+
+def _data(batch=None, n=16):
+    x, y = torch.randn(n, 4), torch.randint(0, 2, (n,))
+    return LightningDataModule.from_datasets(TensorDataset(x, y), TensorDataset(x, y), batch_size=batch or n)
+
+
+class Triples(torch.utils.data.Dataset):
+    """A dataset of (x, y, k), as the book's generators return them."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return torch.randn(4), i % 2, i
+
+
+@pytest.mark.parametrize(
+    "targets, message",
+    [
+        (torch.rand(8), "targets must be class indices \\(an integer tensor\\), got torch.float32"),
+        (torch.randint(0, 2, (8,), dtype=torch.int32), "dtype torch.long, got torch.int32: use y.long\\(\\)"),
+    ],
+)
+def test_targets_that_are_not_class_indices_are_named(tmp_path, targets, message):
+    """Float targets (a regression loss) trained and kept the best epoch by an accuracy that means
+    nothing there; int32 targets failed inside the Lightning loop with torch's 'expected Long'."""
+    x = torch.randn(8, 4)
+    datamodule = LightningDataModule.from_datasets(
+        TensorDataset(x, targets), TensorDataset(x, targets), batch_size=4
+    )
+    module = PonderLitModule(PonderNet(Step(), max_steps=3))
+    with pytest.raises(ValueError, match=message):
+        fit(module, datamodule, 1, default_root_dir=tmp_path, **QUIET)
+
+
+def test_a_batch_that_is_not_a_pair_is_named(tmp_path):
+    """A dataset of (x, y, k) failed with 'got multiple values for argument evaluation'."""
+    datamodule = LightningDataModule.from_datasets(Triples(), Triples(), batch_size=4)
+    with pytest.raises(ValueError, match="a batch must be \\(inputs, targets\\), got 3 items"):
+        fit(
+            PonderLitModule(PonderNet(Step(), max_steps=3)), datamodule, 1, default_root_dir=tmp_path, **QUIET
+        )
+
+
+def test_float64_inputs_for_a_float32_model_are_named(tmp_path):
+    """numpy's float64 inputs failed inside GRUCell, in Lightning's loop (inference casts them)."""
+    x, y = torch.randn(8, 4, dtype=torch.float64), torch.randint(0, 2, (8,))
+    datamodule = LightningDataModule.from_datasets(TensorDataset(x, y), TensorDataset(x, y), batch_size=4)
+    with pytest.raises(
+        ValueError, match="the inputs are float64 and the model's weights torch.float32: use x.float"
+    ):
+        fit(_module(), datamodule, 1, default_root_dir=tmp_path, **QUIET)
+
+
+class Returns(Step):
+    """A step that returns what a user might by mistake."""
+
+    def __init__(self, mistake):
+        super().__init__()
+        self.mistake = mistake
+
+    def step(self, x, h):
+        y, z, h = super().step(x, h)
+        return {"state_second": (y, h, z), "no_class_axis": (y[:, 0], z, h), "float_z": (y, 0.0, h)}[
+            self.mistake
+        ]
+
+
+@pytest.mark.parametrize("mistake", ["state_second", "no_class_axis", "float_z"])
+def test_a_step_that_returns_the_wrong_things_is_named_in_training(mistake):
+    model = PonderNet(Returns(mistake), max_steps=3)
+    with pytest.raises(ValueError, match="a step returns \\(ŷ_n, z_n, h_next\\)|halting logit z_n must have"):
+        model(torch.randn(5, 4))
+
+
+def test_a_step_without_initial_state_says_what_to_define():
+    class NoState(StepFunction):
+        def step(self, x, h):
+            return x, x[:, 0], h
+
+    with pytest.raises(NotImplementedError, match="NoState must define initial_state"):
+        PonderNet(NoState(), max_steps=2)(torch.randn(2, 3))
+
+
+def test_a_loss_that_broadcasts_names_the_shapes():
+    """MSELoss on (M, 1) predictions broadcast to (M, M), and the message only said reduction='none'."""
+    with pytest.raises(ValueError, match="got \\(15, 15\\) from predictions \\(15, 1\\)"):
+        from pondernet_tutorial.methods.base import per_sample_loss
+
+        per_sample_loss(nn.MSELoss(reduction="none"), torch.randn(15, 1), torch.randn(15))
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        (dict(beta="a"), "beta must be a number >= 0 and finite, got 'a'"),
+        (
+            dict(train_epsilon=None, halting_bias=float("nan")),
+            "halting_bias must be a finite number, got nan",
+        ),
+        (dict(halting_bias="x"), "halting_bias must be a number that is finite, got 'x'"),
+    ],
+)
+def test_parameters_that_are_not_numbers_are_named(given, message):
+    with pytest.raises(ValueError, match=message):
+        PonderNet(Step(), max_steps=3, **given)
+    with pytest.raises(ValueError, match="epsilon must be a number strictly between 0 and 1, got None"):
+        ACT(Step(), max_steps=3, epsilon=None)
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        (dict(lr_factor=2), "lr_factor must lie strictly between 0 and 1"),
+        (dict(lr_patience=-1), "lr_patience must be a whole number >= 0"),
+        (dict(eval_seed="a"), "eval_seed must be a whole number >= 0"),
+    ],
+)
+def test_the_modules_schedule_and_seed_are_checked_where_given(given, message):
+    with pytest.raises(ValueError, match=message):
+        PonderLitModule(PonderNet(Step(), max_steps=3), **given)
+
+
+def test_a_seed_given_for_a_generator_is_named():
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        PonderNet(Step(), max_steps=3).eval().infer(torch.randn(2, 4), generator=0)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda tmp: fit(PonderNet(Step(), max_steps=3), _data(), 1),
+            "need a PonderLitModule, got PonderNet",
+        ),
+        (
+            lambda tmp: fit(
+                _module(),
+                LightningDataModule.from_datasets(_data().train_dataloader().dataset),
+                1,
+                patience=3,
+            ),
+            "patience and stop_at_val_acc watch the validation accuracy",
+        ),
+        (
+            lambda tmp: fit(_module(), _data(), 1, enable_checkpointing=False),
+            "fit keeps the best epoch with a checkpoint",
+        ),
+        (
+            lambda tmp: fit(_module(), _data(), 1, ckpt_path="last"),
+            "fit keeps the best epoch's checkpoint, not the last",
+        ),
+    ],
+    ids=["not a module", "patience without validation", "no checkpointing", "last"],
+)
+def test_fits_arguments_are_refused_before_training(tmp_path, call, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        call(tmp_path)
+
+
+def _module():
+    return PonderLitModule(PonderNet(Step(), max_steps=3))
+
+
+def test_fit_takes_one_callback_and_plugins_of_its_own(tmp_path):
+    from lightning.pytorch.callbacks import Callback
+
+    class Count(Callback):
+        epochs = 0
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            Count.epochs += 1
+
+    fit(_module(), _data(), 2, callbacks=Count(), plugins=[], default_root_dir=tmp_path, **QUIET)
+    assert Count.epochs == 2
+
+
+def test_a_training_that_diverged_names_the_data_too(tmp_path):
+    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    x[0, 0] = float("nan")
+    datamodule = LightningDataModule.from_datasets(TensorDataset(x, y), TensorDataset(x, y), batch_size=8)
+    from pondernet_tutorial.fitting import TrainingDivergedError
+
+    with pytest.raises(TrainingDivergedError, match="check the data for NaN or infinite values"):
+        fit(_module(), datamodule, 1, default_root_dir=tmp_path, **QUIET)
+
+
+def test_diagnose_refuses_a_loader_and_judges_act_by_the_steps_it_takes():
+    """diagnose(model, loader) failed inside the step; on ACT it reported E[n] under the mixing weights
+    (1.44) while every input computed T(x) = 2 steps."""
+    x = torch.randn(6, 4)
+    loader = DataLoader(TensorDataset(x, torch.zeros(6, dtype=torch.long)), batch_size=3)
+    with pytest.raises(TypeError, match="got a DataLoader: take one with next\\(iter\\(loader\\)\\)\\[0\\]"):
+        diagnose(PonderNet(Step(), max_steps=3), loader, show=False)
+    act = ACT(Step(), max_steps=4)
+    taken = act.eval().answer(act(x))[1].double()
+    assert diagnose(act, x, show=False).mean_steps == pytest.approx(float(taken.mean()))
+
+
+def test_mnist_images_left_in_0_255_or_normalised_are_named_outside_training():
+    """The shipped MNIST model took float images in 0..255 without a word: its accuracy barely moved,
+    and its E[n] went from 4.6 to 19.2 of 20 steps. Inference and evaluation now check the range
+    (training's step, which must not wait for the device, does not)."""
+    from pondernet_tutorial import MNISTStep
+
+    model = PonderNet(MNISTStep(), max_steps=3)
+    images = torch.rand(4, 1, 28, 28)
+    for wrong in (images * 255, (images - 0.1307) / 0.3081):
+        with pytest.raises(ValueError, match="expected pixel intensities in \\[0, 1\\]"):
+            model.eval().infer(wrong)
+        model.train()(wrong)  # no check in training's step
+    model.eval().infer(images)

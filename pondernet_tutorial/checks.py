@@ -1,0 +1,47 @@
+"""What a user can hand the LightningModule wrong, each refused in one line that says what to do: its
+options, and each batch (checked by :func:`~pondernet_tutorial.fitting.fit`'s ``CheckBatches``, before
+the step: no check reads a value from the device, so none makes a GPU wait).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def check_module(model, lr, lr_schedule, lr_patience, lr_factor, eval_seed) -> None:
+    """:class:`~pondernet_tutorial.PonderLitModule`'s arguments."""
+    if not callable(getattr(model, "loss", None)):  # a step function, not yet in a halting method
+        raise TypeError(f"model must be a halting method, e.g. PonderNet({type(model).__name__}(...)).")
+    if not isinstance(lr, (int, float)) or not lr > 0 or lr_schedule not in ("plateau", "constant"):
+        raise ValueError(f"need lr > 0 and lr_schedule 'plateau' or 'constant', got {lr}, {lr_schedule!r}.")
+    for name, value in (("lr_patience", lr_patience), ("eval_seed", eval_seed)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a whole number >= 0, got {value!r}.")
+    if isinstance(lr_factor, bool) or not isinstance(lr_factor, (int, float)) or not 0 < lr_factor < 1:
+        raise ValueError(
+            f"lr_factor must lie strictly between 0 and 1 (it scales the rate), got {lr_factor!r}."
+        )
+
+
+def check_batch(batch, model) -> None:
+    """``batch`` must be ``(inputs, targets)``, its targets class indices, its inputs not float64 for a
+    model of another dtype (numpy's default: torch's layers would fail deep inside the first step)."""
+    from .methods.base import per_sample_cross_entropy
+
+    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+        what = f"{len(batch)} items" if isinstance(batch, (tuple, list)) else type(batch).__name__
+        raise ValueError(
+            f"a batch must be (inputs, targets), got {what}: give a dataset of pairs, such as TensorDataset(x, y)."
+        )
+    x, y = batch
+    if not isinstance(y, Tensor) or y.is_floating_point() or y.is_complex():
+        raise ValueError(
+            f"targets must be class indices (an integer tensor), got {getattr(y, 'dtype', type(y).__name__)}: "
+            "this module trains classifiers (it scores accuracy and keeps the best epoch by it)."
+        )
+    if model.loss_fn is per_sample_cross_entropy and y.dtype != torch.long:  # torch's cross-entropy
+        raise ValueError(f"targets must be class indices of dtype torch.long, got {y.dtype}: use y.long().")
+    weight = next(model.parameters(), None)
+    if isinstance(x, Tensor) and x.dtype == torch.float64 and weight is not None and weight.dtype != x.dtype:
+        raise ValueError(f"the inputs are float64 and the model's weights {weight.dtype}: use x.float().")
