@@ -63,7 +63,8 @@ def save_weights(module: RunModule, path: str | os.PathLike) -> Path:
     if not isinstance(module, RunModule):  # a model built in code: nothing in the file could rebuild it
         raise TypeError(
             f"save_weights saves a RunModule, got a {type(module).__name__}: keep a model built in code "
-            "with safetensors.torch.save_model(module, path), and load_model(module, path) into it."
+            "with safetensors.torch.save_model(module, path), and load it into the same model with "
+            "safetensors.torch.load_model(module, path)."
         )
 
     state = {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
@@ -96,8 +97,13 @@ def read_header(path: Path, follow_links: bool = True) -> tuple[dict, bytes]:
                 f"{path} declares {values:,} weights, more than {MAX_PARAMETERS:,} ({PARAMETERS_REASON}): "
                 "it is not a model of this package's experiments."
             )
-        if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
-            found = metadata.get("format") if isinstance(metadata, dict) else None
+        if not isinstance(metadata, dict) or "format" not in metadata:  # safetensors' own save_model
+            raise CheckpointError(
+                f"{path} is not a model file of this package (its header names no format): a model built "
+                "in code loads into the same model with safetensors.torch.load_model(module, path)."
+            )
+        if metadata.get("format") != FORMAT:
+            found = metadata.get("format")
             raise CheckpointError(
                 f"{path} has format {found!r}, this package reads {FORMAT!r}: it was not "
                 "written by this version of pondernet_tutorial; train the run again with this one."

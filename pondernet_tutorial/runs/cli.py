@@ -438,7 +438,13 @@ def _run(args) -> int:
                 **common,
             )
     except errors as error:  # in the command line's words (--overwrite, not overwrite=True) where they differ
-        raise UserError(getattr(error, "command_line", None) or str(error)) from error
+        text = getattr(error, "command_line", None) or str(error)
+        if type(error).__name__ == "MisconfigurationException":  # Lightning's words: what to change
+            text = (
+                f"{text.rstrip('.! ')}: check --accelerator, --devices and --strategy (left out, a run "
+                "uses what this machine has)."
+            )
+        raise UserError(text) from error
     except (MemoryError, RuntimeError) as error:  # the allocator's refusal: one line, no traceback
         from ..untrusted import is_out_of_memory
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from pondernet_tutorial.runs.cli import build_parser, config_names, declaration, main
 from pondernet_tutorial.runs.config import PRETRAINED_DIR, WEIGHTS, TrainConfig
@@ -170,6 +171,12 @@ def test_more_user_errors_are_one_line(without_wandb, tmp_path, capsys):
         (
             ["reproduce", "--study", "mnist-refine", "--quick", "--output-dir", str(tmp_path / "study")],
             "lr: saved 0.5",
+        ),
+        # Lightning's words, and what to change (without a GPU: "No supported gpu backend found")
+        *(
+            []
+            if torch.cuda.is_available()
+            else [(["train", "--accelerator", "gpu", *quick], "check --accelerator")]
         ),
     ):
         assert main(args) == 2, args

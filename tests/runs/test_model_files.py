@@ -103,11 +103,16 @@ def test_a_model_built_in_code_is_refused_with_the_way_to_keep_it(tmp_path):
 
     module = built()
     with pytest.raises(
-        TypeError, match=r"save_weights saves a RunModule, got a PonderLitModule: .*save_model"
+        TypeError,
+        match=r"save_weights saves a RunModule, got a PonderLitModule: .*save_model.*safetensors.torch.load_model",
     ):
         save_weights(module, tmp_path / "mine.safetensors")
     assert not (tmp_path / "mine.safetensors").exists()
     save_model(module, tmp_path / "mine.safetensors")
+    with pytest.raises(
+        CheckpointError, match="not a model file of this package .*safetensors.torch.load_model"
+    ):
+        load_model(tmp_path / "mine.safetensors")  # (before: "has format None ... train the run again")
     again = built()
     load_into(again, tmp_path / "mine.safetensors")
     for name, tensor in module.state_dict().items():
