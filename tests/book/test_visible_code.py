@@ -56,3 +56,21 @@ def visible_cells(path: Path) -> list[str]:
 def test_no_visible_code_cell_holds_bookkeeping(path):
     lines = [line for cell in visible_cells(path) for line in cell.splitlines() if BOOKKEEPING.search(line)]
     assert not lines, f"{path.name} shows its bookkeeping: {lines}"
+
+
+# pages whose shown code runs on its own, pasted in order into a fresh Python (the reuse review of stop
+# 60: chapter 05's first cell used torch, and its plateau cell DEFAULTS, imported only in removed cells)
+STANDALONE = ["01_motivation.md", "05_lightning_implementation.md", "appendix_package.md"]
+
+
+@pytest.mark.parametrize("name", STANDALONE)
+def test_the_shown_code_runs_as_a_reader_pastes_it(name, tmp_path):
+    import subprocess
+    import sys
+
+    cells = [re.sub(r"^:[a-z-]+:.*\n", "", cell, flags=re.M) for cell in visible_cells(BOOK / name)]
+    code = "import matplotlib\nmatplotlib.use('Agg')\n" + "\n".join(cells)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
