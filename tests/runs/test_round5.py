@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -89,8 +90,13 @@ def test_4_records_nested_too_deep_are_damaged_not_a_recursion_error(tmp_path, c
     one_error_line(capsys)
 
 
-def test_4_a_run_folder_nested_too_deep_or_looping_is_one_error(tmp_path):
-    """os.walk and shutil.rmtree recurse once per level, and resolve() raises on a loop of links."""
+def test_4_a_run_folder_nested_too_deep_or_looping_is_one_error(tmp_path, request):
+    """os.walk and shutil.rmtree recurse once per level, and resolve() raises on a loop of links. At
+    Python's default recursion limit: a process that compiled a step runs at Inductor's 2,000, where
+    1,100 levels are walked and deleted (a test of the same worker had compiled, and this one failed)."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    request.addfinalizer(lambda: sys.setrecursionlimit(limit))
     deep = tmp_path / "deep"
     folder = deep / "logs"
     folder.mkdir(parents=True)
