@@ -72,16 +72,20 @@ def checked_archive(data: bytes, path, max_bytes: int) -> io.BytesIO:
     pickles = [name for name in contents if name.endswith("/data.pkl")]
     if len(pickles) != 1:
         raise CheckpointError(f"{path} is not an archive that torch.save writes (no single data.pkl).")
+    pickle = contents[pickles[0]]
     try:
-        named = {  # GLOBAL's "module name"; a name built on the stack (STACK_GLOBAL) or INST: never ours
-            arg if op.name == "GLOBAL" else op.name
-            for op, arg, _ in pickletools.genops(contents[pickles[0]])
+        named = {  # GLOBAL's "module name" as torch reads it (the raw line, which pickletools would
+            # unescape); a name built on the stack (STACK_GLOBAL) or INST: never ours
+            b" ".join(pickle[at + 1 :].split(b"\n", 2)[:2]).decode("latin-1")
+            if op.name == "GLOBAL"
+            else op.name
+            for op, _, at in pickletools.genops(pickle)
             if op.name in ("GLOBAL", "STACK_GLOBAL", "INST")
         }
     except Exception as error:  # a pickle that pickletools cannot read, torch cannot either
         raise CheckpointError(f"{path} is not a pickle that torch.save writes ({error}).") from None
-    if unknown := sorted(str(name) for name in named - CHECKPOINT_GLOBALS):
-        raise CheckpointError(f"{path} names {unknown[0]}, which no checkpoint of a model holds.")
+    if unknown := sorted(name for name in named - CHECKPOINT_GLOBALS):
+        raise CheckpointError(f"{path} names {printable(unknown[0])}, which no checkpoint of a model holds.")
     rewritten = io.BytesIO()
     with zipfile.ZipFile(rewritten, "w", zipfile.ZIP_STORED) as archive:
         for name, content in contents.items():
@@ -116,14 +120,48 @@ def read_checkpoint_file(path, max_bytes: int) -> dict:
     del data
     try:
         checkpoint = torch.load(archive, map_location="cpu", weights_only=True)
-    except Exception as error:  # a truncated file, a pickle that asks for code: the first line only
+    except Exception as error:  # a truncated file, a pickle torch refuses: the first line only
         if says_nothing_of_files(error):  # out of memory (torch's allocator raises a RuntimeError)
             raise
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
-        raise CheckpointError(f"{path} is not a weights-only checkpoint ({first})") from None
+        first = printable((str(error).strip().splitlines() or [type(error).__name__])[0])
+        if first.startswith("Weights only load failed") or "weights_only" in first:  # torch's advice follows
+            first = "its pickle asks for more than weights"
+        raise CheckpointError(f"{path} is not a weights-only checkpoint ({first[:160]})") from None
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
         raise CheckpointError(f"{path} is not a Lightning checkpoint (no state_dict).")
+    check_loaded(checkpoint, path)
     return checkpoint
+
+
+def printable(text: str) -> str:
+    """``text`` without the characters a terminal would act on (a file's names are quoted in errors)."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def check_loaded(checkpoint: dict, path) -> None:
+    """Raise :class:`CheckpointError` for what a checkpoint's allowed names still build: a tensor that
+    covers more elements than its storage holds (a view with a stride of 0: 2^60 elements in a 28 kB
+    file, multiplied when used) or an ordered dictionary with attributes besides PyTorch's version
+    numbers (``_metadata``'s ``assign_to_params_buffers`` makes ``load_state_dict`` put the file's
+    tensors in place of the module's parameters)."""
+    stack = [checkpoint]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, torch.Tensor):
+            if value.numel() * value.element_size() > value.untyped_storage().nbytes():
+                raise CheckpointError(
+                    f"{path} holds a tensor of {value.numel():,} values over a smaller storage."
+                )
+        elif isinstance(value, dict):
+            extra = getattr(value, "__dict__", {})
+            metadata = extra.get("_metadata", {})
+            if set(extra) - {"_metadata"} or not all(
+                isinstance(entry, dict) and set(entry) <= {"version"} for entry in metadata.values()
+            ):
+                raise CheckpointError(f"{path} holds a state dict whose metadata is not PyTorch's.")
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
 
 
 class CheckedCheckpointIO(TorchCheckpointIO):

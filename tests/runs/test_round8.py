@@ -212,3 +212,84 @@ def test_a_refused_read_is_not_given_a_refused_writes_advice(tmp_path, monkeypat
     err = capsys.readouterr().err.strip()
     assert code == 1 and len(err.splitlines()) == 1, err
     assert "Permission denied" in err and "nothing was deleted" in err and "--output-dir" not in err
+
+
+# ---------------------------------------------------------------------------------------------------
+# The re-check of round 8: what the allowed names still build. Each failed on 46a09f7.
+
+
+def _with_pickle(tmp_path: Path, pickle_bytes: bytes, name="forged.ckpt") -> Path:
+    """A torch.save archive whose data.pkl is ``pickle_bytes``."""
+    buffer = io.BytesIO()
+    torch.save({"state_dict": {}}, buffer)
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as source:
+        members = {info.filename: source.read(info) for info in source.infolist()}
+    (data,) = [n for n in members if n.endswith("/data.pkl")]
+    members[data] = pickle_bytes
+    path = tmp_path / name
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, content in members.items():
+            archive.writestr(member, content)
+    return path
+
+
+def test_a_tensor_wider_than_its_storage_is_refused(tmp_path):
+    """A stride-0 view of 2^40 values over one stored value (a plateau schedule's "best" so forged made
+    every rerun end "out of memory", and the run was never trained again)."""
+    path = tmp_path / "wide.ckpt"
+    torch.save({"state_dict": {}, "best": torch.zeros(1).expand(2**40)}, path)
+    with pytest.raises(
+        CheckpointError, match="holds a tensor of 1,099,511,627,776 values over a smaller storage"
+    ):
+        read_checkpoint_file(path, 2**20)
+
+
+def test_a_state_dict_whose_metadata_is_not_pytorchs_is_refused(tmp_path):
+    """``_metadata``'s ``assign_to_params_buffers`` made load_state_dict put the file's tensors in place
+    of the module's parameters (a float64 weight then failed the first step). PyTorch's own version
+    numbers still load."""
+    from collections import OrderedDict
+
+    state = OrderedDict(w=torch.zeros(3))
+    state._metadata = OrderedDict({"": {"version": 1, "assign_to_params_buffers": True}})
+    torch.save({"state_dict": state}, tmp_path / "assign.ckpt")
+    with pytest.raises(CheckpointError, match="metadata is not PyTorch's"):
+        read_checkpoint_file(tmp_path / "assign.ckpt", 2**20)
+    torch.save({"state_dict": nn_state()}, tmp_path / "plain.ckpt")
+    assert read_checkpoint_file(tmp_path / "plain.ckpt", 2**20)["state_dict"]._metadata
+
+
+def nn_state():
+    return torch.nn.BatchNorm1d(3).state_dict()
+
+
+def test_a_name_is_read_as_torch_reads_it_and_torchs_advice_is_never_quoted(tmp_path):
+    """pickletools unescapes a GLOBAL's name (Ordered\\x44ict read as OrderedDict) where torch reads the
+    line as it is; and a pickle that torch refuses gave torch's first line, its advice to load the
+    file unsafely."""
+    escaped = _with_pickle(tmp_path, b"\x80\x02ccollections\nOrdered\\x44ict\n)R.", "escaped.ckpt")
+    with pytest.raises(CheckpointError, match=r"names collections Ordered\\x44ict"):
+        read_checkpoint_file(escaped, 2**20)
+    refused = _with_pickle(tmp_path, b"\x80\x02}(X\n\x00\x00\x00state_dict}X\x01\x00\x00\x00xI5\nu.")
+    with pytest.raises(CheckpointError) as raised:
+        read_checkpoint_file(refused, 2**20)
+    assert "its pickle asks for more than weights" in str(raised.value) and "unsafe" not in str(raised.value)
+
+
+def test_numpy_numbers_given_to_the_module_are_kept_as_pythons(tmp_path):
+    """np.float64 for lr was pickled into best.ckpt as a numpy object, which the checkpoint reader then
+    refused at the end of the whole training. (np.int64 for lr_patience was refused up front.)"""
+    import numpy as np
+
+    from pondernet_tutorial.fast_path import GraphedPonderLitModule
+
+    for cls in (tiny_parity.module().__class__, GraphedPonderLitModule):
+        module = cls(
+            tiny_parity.module().model,
+            lr=np.float64(1e-3),
+            lr_patience=np.int64(2),
+            lr_factor=np.float32(0.5),
+        )
+        assert {type(module.hparams[k]) for k in ("lr", "lr_patience", "lr_factor")} == {float, int}
+    module = tiny_parity.module().__class__(tiny_parity.module().model, lr=np.float64(1e-3))
+    fit(module, data(), 1, default_root_dir=tmp_path, **QUIET)
