@@ -5,23 +5,34 @@ the step: no check reads a value from the device, so none makes a GPU wait).
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import torch
 from torch import Tensor
 
 
-def check_module(model, lr, lr_schedule, lr_patience, lr_factor, eval_seed) -> None:
-    """:class:`~pondernet_tutorial.PonderLitModule`'s arguments."""
+def check_module(model, lr, lr_schedule, lr_patience, lr_factor, eval_seed) -> dict:
+    """:class:`~pondernet_tutorial.PonderLitModule`'s arguments; its numbers as Python's (numpy's would be
+    pickled into the checkpoints as numpy objects, which a checkpoint read as data refuses)."""
     if not callable(getattr(model, "loss", None)):  # a step function, not yet in a halting method
         raise TypeError(f"model must be a halting method, e.g. PonderNet({type(model).__name__}(...)).")
-    if not isinstance(lr, (int, float)) or not lr > 0 or lr_schedule not in ("plateau", "constant"):
+    if not _real(lr) or not lr > 0 or lr_schedule not in ("plateau", "constant"):
         raise ValueError(f"need lr > 0 and lr_schedule 'plateau' or 'constant', got {lr}, {lr_schedule!r}.")
     for name, value in (("lr_patience", lr_patience), ("eval_seed", eval_seed)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
             raise ValueError(f"{name} must be a whole number >= 0, got {value!r}.")
-    if isinstance(lr_factor, bool) or not isinstance(lr_factor, (int, float)) or not 0 < lr_factor < 1:
+    if not _real(lr_factor) or not 0 < lr_factor < 1:
         raise ValueError(
             f"lr_factor must lie strictly between 0 and 1 (it scales the rate), got {lr_factor!r}."
         )
+    return dict(
+        lr=float(lr), lr_factor=float(lr_factor), lr_patience=int(lr_patience), eval_seed=int(eval_seed)
+    )
+
+
+def _real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_batch(batch, model) -> None:

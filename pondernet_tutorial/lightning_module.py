@@ -35,8 +35,9 @@ class PonderLitModule(L.LightningModule):
 
     def __init__(self, model, lr=1e-3, lr_schedule="plateau", lr_patience=2, lr_factor=0.5, eval_seed=0):
         super().__init__()
-        check_module(model, lr, lr_schedule, lr_patience, lr_factor, eval_seed)  # each a one-line error
+        numbers = check_module(model, lr, lr_schedule, lr_patience, lr_factor, eval_seed)  # one-line errors
         self.save_hyperparameters(ignore=["model"])  # what a checkpoint records besides the weights
+        self.hparams.update(numbers)  # as Python's numbers: numpy's would be pickled as numpy objects
         self.model = model
         self.train_metrics, self.val_metrics = self.stage_metrics(training=True), self.stage_metrics()
         self.test_metrics = nn.ModuleList()
