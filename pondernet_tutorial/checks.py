@@ -11,6 +11,8 @@ import numbers
 import torch
 from torch import Tensor
 
+from .methods.base import per_sample_cross_entropy
+
 
 def check_module(model, lr, lr_schedule, lr_patience, lr_factor, eval_seed) -> dict:
     """:class:`~pondernet_tutorial.PonderLitModule`'s arguments; its numbers as Python's (numpy's would be
@@ -38,8 +40,6 @@ def _real(value) -> bool:
 def check_batch(batch, model) -> None:
     """``batch`` must be ``(inputs, targets)``, its targets class indices, its inputs not float64 for a
     model of another dtype (numpy's default: torch's layers would fail deep inside the first step)."""
-    from .methods.base import per_sample_cross_entropy
-
     if not isinstance(batch, (tuple, list)) or len(batch) != 2:
         what = f"{len(batch)} items" if isinstance(batch, (tuple, list)) else type(batch).__name__
         raise ValueError(

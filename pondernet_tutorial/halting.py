@@ -90,7 +90,7 @@ def check_weight(weight: float, name: str) -> float:
 
 def check_bias(bias: float, name: str = "halting_bias") -> float:
     """Return an initial bias as a float, or raise a ``ValueError``: it must be a finite number."""
-    if not math.isfinite(_number(bias, name, "that is finite")):
+    if isinstance(bias, bool) or not isinstance(bias, numbers.Real) or not math.isfinite(bias):
         raise ValueError(f"{name} must be a finite number, got {bias!r}.")
     return float(bias)
 

@@ -216,7 +216,7 @@ def test_a_loss_that_broadcasts_names_the_shapes():
             dict(train_epsilon=None, halting_bias=float("nan")),
             "halting_bias must be a finite number, got nan",
         ),
-        (dict(halting_bias="x"), "halting_bias must be a number that is finite, got 'x'"),
+        (dict(halting_bias="x"), "halting_bias must be a finite number, got 'x'"),
     ],
 )
 def test_parameters_that_are_not_numbers_are_named(given, message):
