@@ -1,16 +1,18 @@
 """What a user can hand the LightningModule wrong, each refused in one line that says what to do: its
-options, and each batch (checked by :func:`~pondernet_tutorial.fitting.fit`'s ``CheckBatches``, before
+options, whether a fit validates (which patience and the plateau schedule watch), and each batch (checked by :func:`~pondernet_tutorial.fitting.fit`'s ``CheckBatches``, before
 the step: no check reads a value from the device, so none makes a GPU wait).
 """
 
 from __future__ import annotations
 
-import math
 import numbers
 
+import lightning as L
 import torch
+from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
 
+from .halting import is_finite_number
 from .methods.base import per_sample_cross_entropy
 
 
@@ -19,12 +21,12 @@ def check_module(model, lr, lr_schedule, lr_patience, lr_factor, eval_seed) -> d
     pickled into the checkpoints as numpy objects, which a checkpoint read as data refuses)."""
     if not callable(getattr(model, "loss", None)):  # a step function, not yet in a halting method
         raise TypeError(f"model must be a halting method, e.g. PonderNet({type(model).__name__}(...)).")
-    if not _real(lr) or not lr > 0 or lr_schedule not in ("plateau", "constant"):
+    if not is_finite_number(lr) or not lr > 0 or lr_schedule not in ("plateau", "constant"):
         raise ValueError(f"need lr > 0 and lr_schedule 'plateau' or 'constant', got {lr}, {lr_schedule!r}.")
     for name, value in (("lr_patience", lr_patience), ("eval_seed", eval_seed)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
             raise ValueError(f"{name} must be a whole number >= 0, got {value!r}.")
-    if not _real(lr_factor) or not 0 < lr_factor < 1:
+    if not is_finite_number(lr_factor) or not 0 < lr_factor < 1:
         raise ValueError(
             f"lr_factor must lie strictly between 0 and 1 (it scales the rate), got {lr_factor!r}."
         )
@@ -33,8 +35,12 @@ def check_module(model, lr, lr_schedule, lr_patience, lr_factor, eval_seed) -> d
     )
 
 
-def _real(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+def validates(datamodule, limit_val_batches) -> bool:
+    """Whether a fit validates: validation batches not turned off, and a data module (if any) that
+    gives validation data."""
+    return limit_val_batches != 0 and (
+        datamodule is None or is_overridden("val_dataloader", datamodule, L.LightningDataModule)
+    )
 
 
 def check_batch(batch, model) -> None:

@@ -17,10 +17,9 @@ from numbers import Integral, Real
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping
-from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from .checkpointing import CheckedCheckpointIO, FolderCheckpoint, checkpoint_bound
-from .checks import check_batch
+from .checks import check_batch, validates
 from .fast_path import fast_module
 from .lightning_module import PonderLitModule
 from .threads import training_threads
@@ -105,10 +104,9 @@ def check_arguments(module, datamodule, max_epochs, patience, stop_at_val_acc, c
         )
     if not isinstance(datamodule, L.LightningDataModule):
         raise TypeError(f"need a LightningDataModule (see from_datasets), got {type(datamodule).__name__}.")
-    validates = options.get("limit_val_batches") != 0 and is_overridden(
-        "val_dataloader", datamodule, L.LightningDataModule
-    )
-    if (patience or stop_at_val_acc is not None) and not validates:  # Lightning fails after an epoch
+    if (patience or stop_at_val_acc is not None) and not validates(
+        datamodule, options.get("limit_val_batches")
+    ):  # Lightning fails after an epoch
         raise ValueError(
             "patience and stop_at_val_acc watch the validation accuracy: give the datamodule validation "
             "data (from_datasets(train, val)), or leave them out."

@@ -88,9 +88,14 @@ def check_weight(weight: float, name: str) -> float:
     return float(weight)
 
 
+def is_finite_number(value) -> bool:
+    """Whether ``value`` is a finite real number (not a bool; numpy's numbers count)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def check_bias(bias: float, name: str = "halting_bias") -> float:
     """Return an initial bias as a float, or raise a ``ValueError``: it must be a finite number."""
-    if isinstance(bias, bool) or not isinstance(bias, numbers.Real) or not math.isfinite(bias):
+    if not is_finite_number(bias):
         raise ValueError(f"{name} must be a finite number, got {bias!r}.")
     return float(bias)
 

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import lightning as L
 import torch
-from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
 
-from .checks import check_module
+from .checks import check_module, validates
 from .methods.base import Unroll, expected_steps
 
 
@@ -128,11 +127,9 @@ class PonderLitModule(L.LightningModule):
 
     def plateau_schedule(self, optimizer):
         """ReduceLROnPlateau on ``val/acc``; ``None`` for a constant rate or a fit without validation."""
-        datamodule = self.trainer.datamodule
-        validates = self.trainer.limit_val_batches != 0 and (
-            datamodule is None or is_overridden("val_dataloader", datamodule, L.LightningDataModule)
-        )
-        if self.hparams.lr_schedule == "constant" or not validates:
+        if self.hparams.lr_schedule == "constant" or not validates(
+            self.trainer.datamodule, self.trainer.limit_val_batches
+        ):
             return None
         return torch.optim.lr_scheduler.ReduceLROnPlateau(
             optimizer, mode="max", factor=self.hparams.lr_factor, patience=self.hparams.lr_patience

@@ -73,13 +73,14 @@ def diagnose(
     method = _method(model)
     if not callable(getattr(method, "weights", None)):
         raise ValueError("diagnose needs a halting method (with weights(out)): call it on a PonderNet model")
+    computed = not getattr(method, "random_halting", True)  # ACT, fixed depth: T(x), the steps taken
     training = method.training
     method.eval()  # the full unroll over the evaluation's steps, whatever the model's mode
     try:
         out = method(x)
         p = method.weights(out).float()  # (N, B)  p_n = λ_n ∏_{j<n}(1−λ_j)
         answers = halt_step = None
-        if targets is not None or not getattr(method, "random_halting", True):
+        if targets is not None or computed:
             if not callable(getattr(method, "answer", None)):
                 raise ValueError(
                     "diagnose needs a method with answer(out) to score targets: pass a PonderNet"
@@ -93,8 +94,7 @@ def diagnose(
         raise ValueError("the halting distribution has non-finite values: check the model's halting logits")
     n = torch.arange(1, p.shape[0] + 1, dtype=p.dtype).unsqueeze(1)  # (N, 1)
     expected = (n * p).sum(0)  # (B,)  E[n] = Σ_n n·p_n
-    computed = not getattr(method, "random_halting", True)
-    if computed:  # ACT, fixed depth: the steps each input takes, T(x), as in the book's tables
+    if computed:  # the steps each input takes, as in the book's tables
         expected = halt_step.to(p.dtype)
     spread = float(expected.std()) if expected.numel() > 1 else 0.0
     rho = beyond = None

@@ -45,6 +45,21 @@ def _checkpoint(path: Path, payload=None) -> Path:
     return path
 
 
+def _with_pickle(tmp_path: Path, pickle_bytes: bytes, name="forged.ckpt") -> Path:
+    """A torch.save archive whose data.pkl is ``pickle_bytes``."""
+    buffer = io.BytesIO()
+    torch.save({"state_dict": {}}, buffer)
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as source:
+        members = {info.filename: source.read(info) for info in source.infolist()}
+    (data,) = [n for n in members if n.endswith("/data.pkl")]
+    members[data] = pickle_bytes
+    path = tmp_path / name
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, content in members.items():
+            archive.writestr(member, content)
+    return path
+
+
 def test_a_checkpoint_that_calls_a_global_torch_allows_is_refused_before_it_is_unpickled(tmp_path):
     """Importing torch.distributed (Lightning does) adds builtin exceptions and
     ``traceback.FrameSummary`` to what torch's weights-only loader will call. A ~1 kB checkpoint that
@@ -129,16 +144,7 @@ def test_a_pickle_that_builds_a_global_from_the_stack_is_refused(tmp_path):
     """Only GLOBAL names what it calls where the check can read it; a name built on the stack
     (STACK_GLOBAL, protocol 4) is refused whatever it names, in one line. (Before: torch refused it
     too, with its advice to load the file unsafely.)"""
-    buffer = io.BytesIO()
-    torch.save({"state_dict": {}}, buffer)
-    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as source:
-        members = {info.filename: source.read(info) for info in source.infolist()}
-    (name,) = [n for n in members if n.endswith("/data.pkl")]
-    members[name] = pickle.dumps({"state_dict": {}, "x": _Calls(print, "hi")}, protocol=4)
-    forged = tmp_path / "stack.ckpt"
-    with zipfile.ZipFile(forged, "w") as archive:
-        for member, content in members.items():
-            archive.writestr(member, content)
+    forged = _with_pickle(tmp_path, pickle.dumps({"state_dict": {}, "x": _Calls(print, "hi")}, protocol=4))
     with pytest.raises(CheckpointError, match="names STACK_GLOBAL"):
         read_checkpoint_file(forged, 2**20)
 
@@ -216,21 +222,6 @@ def test_a_refused_read_is_not_given_a_refused_writes_advice(tmp_path, monkeypat
 
 # ---------------------------------------------------------------------------------------------------
 # The re-check of round 8: what the allowed names still build. Each failed on 46a09f7.
-
-
-def _with_pickle(tmp_path: Path, pickle_bytes: bytes, name="forged.ckpt") -> Path:
-    """A torch.save archive whose data.pkl is ``pickle_bytes``."""
-    buffer = io.BytesIO()
-    torch.save({"state_dict": {}}, buffer)
-    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as source:
-        members = {info.filename: source.read(info) for info in source.infolist()}
-    (data,) = [n for n in members if n.endswith("/data.pkl")]
-    members[data] = pickle_bytes
-    path = tmp_path / name
-    with zipfile.ZipFile(path, "w") as archive:
-        for member, content in members.items():
-            archive.writestr(member, content)
-    return path
 
 
 def test_a_tensor_wider_than_its_storage_is_refused(tmp_path):
