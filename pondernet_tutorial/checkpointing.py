@@ -284,6 +284,15 @@ class FolderCheckpoint(ModelCheckpoint):
         super().setup(trainer, pl_module, stage)
         self.max_bytes = checkpoint_bound(pl_module)
 
+    def on_validation_end(self, trainer, pl_module) -> None:
+        logged = trainer.callback_metrics  # Lightning's sanity check validates before the first step
+        if trainer.sanity_checking and str(self.monitor).startswith("val/") and self.monitor not in logged:
+            raise ValueError(
+                f"select_by={self.monitor!r} is not logged in validation: choose one of "
+                f"{', '.join(sorted(name for name in logged if name.startswith('val/')))}."
+            )
+        super().on_validation_end(trainer, pl_module)
+
     def load_state_dict(self, state_dict: dict) -> None:
         if self.dirpath is None or not isinstance(state_dict, dict):
             return

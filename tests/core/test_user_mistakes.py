@@ -11,7 +11,9 @@ Deliberate breaks these tests catch (each was tried):
   first epoch without a better accuracy): test_fit_refuses_a_negative_patience_and_an_accuracy_above_1;
 - diagnose judging one input: test_diagnose_gives_no_verdict_from_one_input;
 - float(lambda_p) unguarded, and training_threads' check removed:
-  test_a_missing_lambda_p_and_negative_threads_are_named.
+  test_a_missing_lambda_p_and_negative_threads_are_named;
+- FolderCheckpoint's check of select_by at Lightning's sanity check removed (Lightning names it after
+  the first epoch): test_a_misspelt_select_by_is_named_before_the_first_training_step.
 """
 
 import pytest
@@ -291,6 +293,33 @@ def test_fit_takes_one_callback_and_plugins_of_its_own(tmp_path):
 
     fit(_module(), _data(), 2, callbacks=Count(), plugins=[], default_root_dir=tmp_path, **QUIET)
     assert Count.epochs == 2
+
+
+def test_a_misspelt_select_by_is_named_before_the_first_training_step(tmp_path):
+    """It failed after the first epoch, in Lightning's words; a name of a training metric is not
+    judged by the sanity check, which validates only."""
+    from lightning.pytorch.callbacks import Callback
+
+    class Steps(Callback):
+        taken = 0
+
+        def on_train_batch_start(self, *args):
+            Steps.taken += 1
+
+    with pytest.raises(
+        ValueError, match="select_by='val/accuracy' is not logged in validation: choose one of val/acc, "
+    ):
+        fit(
+            _module(),
+            _data(batch=4),
+            1,
+            select_by="val/accuracy",
+            callbacks=Steps(),
+            default_root_dir=tmp_path,
+            **QUIET,
+        )
+    assert Steps.taken == 0
+    fit(_module(), _data(batch=4), 1, select_by="train/loss", default_root_dir=tmp_path, **QUIET)
 
 
 def test_a_training_that_diverged_names_the_data_too(tmp_path):
