@@ -118,9 +118,9 @@ def open_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES, follow_link
 
 
 # tables (history.csv, the evaluation and study tables, per_sample.csv.gz): the largest shipped one holds
-# 4.5 MB gzipped, about 40 MB of text; a table 6 times bigger is not one the package wrote (and a table
-# within the bound is read in seconds)
-MAX_TABLE_BYTES = 256 * 2**20
+# 4.5 MB gzipped, 17 MB of text; a table 4 times bigger is not one the package wrote. pandas holds a table
+# in about 8 times its text at worst (one-letter cells): at most about half a gigabyte, read in seconds
+MAX_TABLE_BYTES = 64 * 2**20
 
 
 def read_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES, follow_links: bool = True) -> bytes:
