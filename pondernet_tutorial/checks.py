@@ -1,6 +1,7 @@
 """What a user can hand the LightningModule wrong, each refused in one line that says what to do: its
-options, whether a fit validates (which patience and the plateau schedule watch), and each batch (checked by :func:`~pondernet_tutorial.fitting.fit`'s ``CheckBatches``, before
-the step: no check reads a value from the device, so none makes a GPU wait).
+options, whether a fit validates (which patience and the plateau schedule watch), and each batch
+(checked by :func:`~pondernet_tutorial.fitting.fit`'s ``CheckBatches``, before the step: no check reads
+a value from the device, so none makes a GPU wait).
 """
 
 from __future__ import annotations
