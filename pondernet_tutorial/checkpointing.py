@@ -221,6 +221,97 @@ def check_fits(checkpoint: dict, module: torch.nn.Module, path, optimizer: bool 
             raise CheckpointError(
                 f"{path} is not a checkpoint of this model: its optimizer's state is not Adam's for its weights."
             )
+    check_training_state(checkpoint, module, path)
+
+
+def check_training_state(checkpoint: dict, module, path) -> None:
+    """Raise :class:`CheckpointError` unless what Lightning restores besides the weights and Adam's
+    moments is what ``module`` (a PonderLitModule) saves: Adam's settings with a rate within the
+    module's ``lr`` (:func:`check_adam_settings`), its plateau schedule or none
+    (:func:`check_plateau_schedule`), and a Lightning version from 2.0 on (an older one's migration
+    fails on this checkpoint's layout). Lightning restores each as it is found."""
+    import re
+
+    epoch, hparams = checkpoint.get("epoch"), module.hparams
+    version = checkpoint.get("pytorch-lightning_version")
+    try:
+        if not isinstance(version, str) or not re.match(r"([2-9]|\d\d+)\.\d+", version):
+            raise CheckpointError(f"its Lightning version is {str(version)[:20]!r}, not 2.0 or later")
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise CheckpointError(f"its epoch is {str(epoch)[:20]!r}, not a whole number")
+        for optimizer in checkpoint.get("optimizer_states") or []:
+            check_adam_settings(
+                optimizer.get("param_groups"), float(hparams.lr), len(list(module.parameters()))
+            )
+        schedules = checkpoint.get("lr_schedulers") or []
+        if hparams.get("lr_schedule") != "plateau" and schedules:
+            raise CheckpointError(
+                f"it holds a learning-rate schedule, and this module's is {hparams.get('lr_schedule')!r}"
+            )
+        for schedule in schedules:
+            check_plateau_schedule(schedule, hparams, epoch, fewest=0)  # a fit continued skips a step
+    except CheckpointError as error:
+        raise CheckpointError(f"{path} is not a checkpoint of this module: {error}.") from None
+
+
+def check_plateau_schedule(schedule, hparams, epochs: int, fewest: int | None = None) -> None:
+    """Raise ``CheckpointError`` unless ``schedule`` is the state of the plateau schedule that the
+    module builds (``lr_factor``, ``lr_patience``, on ``val/acc``), stepped at most once per epoch (and
+    ``epochs`` times at least, or ``fewest``), with rates in (0, ``lr``]: torch restores it by
+    ``__dict__.update``, whatever it holds."""
+    stand_in = torch.optim.SGD([torch.zeros(1)], lr=float(hparams.lr))
+    built = torch.optim.lr_scheduler.ReduceLROnPlateau(
+        stand_in, mode="max", factor=hparams.lr_factor, patience=hparams.lr_patience
+    ).state_dict()
+    counters = {"best", "num_bad_epochs", "last_epoch", "_last_lr", "cooldown_counter"}
+    if (
+        not isinstance(schedule, dict)
+        or schedule.keys() != built.keys()
+        or any(schedule[key] != built[key] for key in built.keys() - counters)
+        or not isinstance(schedule["last_epoch"], int)
+        or not (epochs if fewest is None else fewest) <= schedule["last_epoch"] <= epochs + 1
+        or not isinstance(schedule["num_bad_epochs"], int)
+        or not 0 <= schedule["num_bad_epochs"] <= epochs + 1
+        or not isinstance(schedule["_last_lr"], list)
+        or not all(isinstance(r, float) and 0 < r <= float(hparams.lr) for r in schedule["_last_lr"])
+    ):
+        raise CheckpointError("its learning-rate schedule is not this module's plateau schedule")
+
+
+# Adam's settings as the module builds it (torch's defaults, but the learning rate): a group saved
+# with others (maximize=True climbs the loss) is not this module's
+ADAM_SETTINGS = {
+    "betas": (0.9, 0.999),
+    "eps": 1e-8,
+    "weight_decay": 0,
+    "amsgrad": False,
+    "maximize": False,
+    "capturable": False,  # the fast path saves its optimiser as the plain module's (fast_path.py)
+    "differentiable": False,
+    "fused": None,
+}
+
+
+def check_adam_settings(groups, lr: float, n_parameters: int) -> None:
+    """Raise ``CheckpointError`` unless ``groups`` is Adam's one parameter group over the module's
+    weights in their order, with the settings the module gives it (:data:`ADAM_SETTINGS`,
+    plain numbers, never tensors) and a learning rate in (0, ``lr``] (a plateau schedule only lowers
+    it)."""
+    if not isinstance(groups, list) or len(groups) != 1 or not isinstance(groups[0], dict):
+        raise CheckpointError("its optimizer does not hold the module's one parameter group")
+    group = groups[0]
+    if group.get("params") != list(range(n_parameters)):  # torch maps the state by this order
+        raise CheckpointError("its optimizer's parameters are not the model's, in its order")
+    for name, expected in ADAM_SETTINGS.items():
+        saved = group.get(name)
+        if isinstance(saved, list):  # (a tuple saved through a checkpoint may come back a list)
+            saved = tuple(saved)
+        plain_values = not any(torch.is_tensor(v) for v in (saved if isinstance(saved, tuple) else (saved,)))
+        if not plain_values or saved != expected:
+            raise CheckpointError(f"its optimizer's {name} is {saved!r}, not the module's {expected!r}")
+    rate = number(group.get("lr"))
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= lr:
+        raise CheckpointError(f"its learning rate {rate!r} is not in (0, {lr:g}], the module's lr")
 
 
 ADAM_STATE = {"step", "exp_avg", "exp_avg_sq"}  # what Adam keeps per parameter

@@ -25,8 +25,8 @@ def check_module(model, lr, lr_schedule, lr_patience, lr_factor, eval_seed) -> d
     if not is_finite_number(lr) or not lr > 0 or lr_schedule not in ("plateau", "constant"):
         raise ValueError(f"need lr > 0 and lr_schedule 'plateau' or 'constant', got {lr}, {lr_schedule!r}.")
     for name, value in (("lr_patience", lr_patience), ("eval_seed", eval_seed)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-            raise ValueError(f"{name} must be a whole number >= 0, got {value!r}.")
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value < 2**63:
+            raise ValueError(f"{name} must be a whole number from 0 to 2**63 - 1, got {value!r}.")
     if not is_finite_number(lr_factor) or not 0 < lr_factor < 1:
         raise ValueError(
             f"lr_factor must lie strictly between 0 and 1 (it scales the rate), got {lr_factor!r}."

@@ -148,12 +148,14 @@ MAX_COLUMNS = 1_000  # the package's tables have at most a few dozen; pandas spe
 class _Capped:
     """A binary reader that raises :class:`DamagedFileError` after ``cap`` bytes (a gzip bomb), at the
     first NUL byte, which no text table holds (a sparse or zeroed file reads as a table of none), or at
-    a line of more than :data:`MAX_COLUMNS` columns, the header or a row (a megabyte of commas takes
-    gigabytes in pandas: a row longer than the header becomes an index of one level per extra field)."""
+    a row of more than :data:`MAX_COLUMNS` columns, the header or a row (a megabyte of commas takes
+    gigabytes in pandas: a row longer than the header becomes an index of one level per extra field).
+    A row is what pandas reads as one: a newline inside quotes does not end it."""
 
     def __init__(self, raw, cap: int, path):
         self.raw, self.cap, self.path, self.count = raw, cap, path, 0
-        self.commas = 0  # in the line read so far
+        self.commas = 0  # in the row read so far
+        self.quoted = 0  # 1: the bytes read so far end inside a quoted field
         # the header, read first, at most 256 bytes a column: kept for the first reads
         longest = 256 * MAX_COLUMNS
         header = raw.readline(min(cap + 1, longest))
@@ -162,12 +164,14 @@ class _Capped:
         self.pending = self._counted(header)
 
     def _widest_line(self, data: bytes) -> int:
-        """The most commas in a line of ``data``, the line that the last read left open included."""
+        """The most commas in a row of ``data``, the row that the last read left open included."""
         import numpy as np
 
         codes = np.frombuffer(data, np.uint8)
         commas = np.cumsum(codes == ord(","))  # up to each byte
-        ends = commas[codes == ord("\n")]  # at each line's end
+        quotes = np.cumsum(codes == ord('"')) + self.quoted  # a doubled quote ("") changes nothing
+        self.quoted = int(quotes[-1] % 2) if len(quotes) else self.quoted
+        ends = commas[(codes == ord("\n")) & (quotes % 2 == 0)]  # at each row's end, outside quotes
         per_line = np.diff(ends, prepend=0, append=commas[-1] if len(commas) else 0)
         per_line[0] += self.commas
         self.commas = int(per_line[-1])  # the line left open

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from ..untrusted import CheckpointError
 from . import parity, pointer
 from .base import EvalSet, batch_loader, check_batch_size, check_k_range, data_generator, fresh_loader
 from .mnist import (
@@ -130,6 +131,12 @@ class GeneratedDataModule(L.LightningDataModule):
         state = state_dict.get("train_generator")
         if state is None:
             return
+        size = torch.Generator().get_state().numel()  # the state of torch's CPU generator
+        if not isinstance(state, Tensor) or state.dtype != torch.uint8 or state.shape != (size,):
+            raise CheckpointError(
+                f"the checkpoint's state of the training batches' generator is not {size:,} bytes of "
+                "torch's CPU generator: continue from a checkpoint that this data module wrote."
+            )
         generator = getattr(self, "_train_generator", None)
         if generator is not None:
             generator.set_state(state)

@@ -334,11 +334,14 @@ def available_pretrained(root: str | os.PathLike | None = None) -> list[dict]:
     runs = []
     for model in sorted(root.glob(f"*/*/seed*/{WEIGHTS}")):
         run = model.parent
+        seed = run.name.removeprefix("seed")
+        if not (seed.isascii() and seed.isdigit()):  # no run of the package's ("seedx", "seed²")
+            continue
         runs.append(
             {
                 "experiment": run.parent.parent.name,
                 "variant": run.parent.name,
-                "seed": int(run.name.removeprefix("seed")),
+                "seed": int(seed),
                 "path": run,
             }
         )

@@ -662,6 +662,8 @@ def _readable_run_name(run_dir) -> str:
         options = read_json(next(run_dir.glob("seed*/metadata.json")), follow_links=False)["config"]
     except (StopIteration, KeyError, TypeError):
         return name  # the folder name, as it is
+    if not isinstance(options, dict):  # not a record of the package's
+        return name
     for key, value in options.items():
         if isinstance(value, dict) and value:
             readable = ",".join(f"{k}={_slug(v)}" for k, v in sorted(value.items()))

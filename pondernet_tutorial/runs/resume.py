@@ -20,8 +20,15 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from ..checkpointing import CheckedCheckpointIO, check_fits, holds_adam_state, number, read_checkpoint_file
-from ..untrusted import MAX_TABLE_BYTES, CheckpointError, read_json, read_table
+from ..checkpointing import (
+    CheckedCheckpointIO,
+    check_adam_settings,
+    check_fits,
+    check_plateau_schedule,
+    holds_adam_state,
+    read_checkpoint_file,
+)
+from ..untrusted import MAX_TABLE_BYTES, CheckpointError, open_regular, read_json, read_table
 from .checkpoints import read_header
 from .config import WEIGHTS, check_same_identity, identity_differences
 from .files import atomic_file, plain
@@ -136,7 +143,8 @@ def read_history(logs: Path) -> list[dict]:
     metric), from the ``metrics.csv`` that Lightning's csv logger writes in ``logs/version_<n>/``, one
     folder per process that trained the run (a resumed run has several). Each epoch is taken from the
     last process that logged it: a process killed mid-epoch logged part of an epoch that the next one
-    trained again. Every file is read bounded and must hold numbers, the files together at most
+    trained again. A row that the logger did not finish (a full disk, a kill while it appended) is
+    not read. Every file is read bounded and must hold numbers, the files together at most
     :data:`~pondernet_tutorial.untrusted.MAX_TABLE_BYTES`; a sitting or metrics file that is a link
     (Lightning makes neither) is not read, so no file is read twice.
 
@@ -160,7 +168,13 @@ def read_history(logs: Path) -> list[dict]:
         raise CheckpointError(f"its history logs hold more than {MAX_TABLE_BYTES:,} bytes")
     rows: dict[int, dict] = {}
     for path in sittings:
-        table = read_table(path, follow_links=False, float_precision="round_trip")
+        # the rows the logger finished: a disk that filled, or a kill, while it appended leaves a last
+        # row cut short (no newline), or an empty file; neither is a damaged history
+        with open_regular(path, MAX_TABLE_BYTES, follow_links=False) as file:
+            whole_rows = sum(chunk.count(b"\n") for chunk in iter(lambda: file.read(2**20), b"")) - 1
+        if whole_rows < 0:
+            continue
+        table = read_table(path, follow_links=False, float_precision="round_trip", nrows=whole_rows)
         metrics = sorted(c for c in table.columns if str(c).startswith(("train/", "val/")))
         columns = [c for c in ("epoch", *CLOCK) if c in table] + metrics
         epochs = table.get("epoch", pd.Series(dtype=float)).dropna()
@@ -301,7 +315,7 @@ def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -
     steps = {float(values["step"]) for values in state.values()}
     if steps != {float(checkpoint.get("global_step", -1))}:  # every weight stepped at every update
         raise CheckpointError("its optimizer's step counts are not its number of updates")
-    _check_adam_settings(optimizer.get("param_groups"), float(module.hparams.lr), len(parameters))
+    check_adam_settings(optimizer.get("param_groups"), float(module.hparams.lr), len(parameters))
     progress = ((checkpoint.get("loops") or {}).get("fit_loop") or {}).get("epoch_progress") or {}
     total = progress.get("total") if isinstance(progress, dict) else None
     if (
@@ -311,7 +325,7 @@ def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -
     ):  # Lightning resumes from these counters: forged, they skip or repeat epochs
         raise CheckpointError("its training loop's epoch counters are not those of its epoch")
     for schedule in checkpoint.get("lr_schedulers") or []:
-        _check_plateau_schedule(schedule, module.hparams, epochs)
+        check_plateau_schedule(schedule, module.hparams, epochs)
     return history
 
 
@@ -327,64 +341,6 @@ def trained_weights(module, datamodule) -> set[int]:
         x, y = (t[:2].to(module.device) for t in next(iter(datamodule.val_dataloader()))[:2])
         model.loss(model(x), y)["loss"].backward()
     return {index[f"model.{name}"] for name, p in model.named_parameters() if p.grad is not None}
-
-
-def _check_plateau_schedule(schedule, hparams, epochs: int) -> None:
-    """Raise ``CheckpointError`` unless ``schedule`` is the state of the plateau schedule that the run's
-    module builds (``lr_factor``, ``lr_patience``, on ``val/acc``), stepped at most once per epoch, with
-    rates in (0, ``lr``]: torch restores it by ``__dict__.update``, whatever it holds."""
-    stand_in = torch.optim.SGD([torch.zeros(1)], lr=float(hparams.lr))
-    built = torch.optim.lr_scheduler.ReduceLROnPlateau(
-        stand_in, mode="max", factor=hparams.lr_factor, patience=hparams.lr_patience
-    ).state_dict()
-    counters = {"best", "num_bad_epochs", "last_epoch", "_last_lr", "cooldown_counter"}
-    if (
-        not isinstance(schedule, dict)
-        or schedule.keys() != built.keys()
-        or any(schedule[key] != built[key] for key in built.keys() - counters)
-        or schedule["last_epoch"] not in (epochs, epochs + 1)
-        or not isinstance(schedule["num_bad_epochs"], int)
-        or not 0 <= schedule["num_bad_epochs"] <= epochs + 1
-        or not isinstance(schedule["_last_lr"], list)
-        or not all(isinstance(r, float) and 0 < r <= float(hparams.lr) for r in schedule["_last_lr"])
-    ):
-        raise CheckpointError("its learning-rate schedule is not the run's plateau schedule")
-
-
-# Adam's settings as the run's module builds it (torch's defaults, but the learning rate): a group saved
-# with others (maximize=True climbs the loss) is not this run's
-ADAM_SETTINGS = {
-    "betas": (0.9, 0.999),
-    "eps": 1e-8,
-    "weight_decay": 0,
-    "amsgrad": False,
-    "maximize": False,
-    "capturable": False,  # the fast path saves its optimiser as the plain module's (fast_path.py)
-    "differentiable": False,
-    "fused": None,
-}
-
-
-def _check_adam_settings(groups, lr: float, n_parameters: int) -> None:
-    """Raise ``CheckpointError`` unless ``groups`` is Adam's one parameter group over the module's
-    weights in their order, with the settings the run's module gives it (:data:`ADAM_SETTINGS`,
-    plain numbers, never tensors) and a learning rate in (0, ``lr``] (a plateau schedule only lowers
-    it)."""
-    if not isinstance(groups, list) or len(groups) != 1 or not isinstance(groups[0], dict):
-        raise CheckpointError("its optimizer does not hold the run's one parameter group")
-    group = groups[0]
-    if group.get("params") != list(range(n_parameters)):  # torch maps the state by this order
-        raise CheckpointError("its optimizer's parameters are not the model's, in its order")
-    for name, expected in ADAM_SETTINGS.items():
-        saved = group.get(name)
-        if isinstance(saved, list):  # (a tuple saved through a checkpoint may come back a list)
-            saved = tuple(saved)
-        plain_values = not any(torch.is_tensor(v) for v in (saved if isinstance(saved, tuple) else (saved,)))
-        if not plain_values or saved != expected:
-            raise CheckpointError(f"its optimizer's {name} is {saved!r}, not the run's {expected!r}")
-    rate = number(group.get("lr"))
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= lr:
-        raise CheckpointError(f"its learning rate {rate!r} is not in (0, {lr:g}], the run's")
 
 
 def check_early_stopping(checkpoint: dict, history: list[dict], stopping) -> None:

@@ -333,6 +333,9 @@ def run_one(
     module = None
     try:
         with folder_lock(run_dir, wait=wait, doing="training or evaluating it"):
+            check_inside(
+                run_dir, config.output_dir
+            )  # again: the wait may have let a folder on the way change
             saved = read_metadata(run_dir)
             if saved is not None and not overwrite:  # never replace another configuration's run silently
                 differences = identity_differences(saved.get("identity", {}), config.identity())

@@ -14,12 +14,14 @@ trained again.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import platform
 import re
 import shutil
 import statistics
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -234,6 +236,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
     datamodule, module = prepare()
     check_fits_data(config, module, datamodule)  # one dry forward pass: the step takes this data
     identity = config.identity()  # what the folder's records must hold
+    check_inside(run_dir, config.output_dir)  # again: the folders on the way may have changed meanwhile
     with folder_lock(run_dir, wait=wait, doing="training it"):  # one process at a time per run folder
         if not overwrite and is_rank_zero():  # the other ranks of a DDP run join rank 0's and write nothing
             if completed_run(run_dir, identity, module.hparams) is not None:
@@ -244,7 +247,8 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
         while True:
             if is_rank_zero():
                 if run_dir.exists() and not resume:  # an unfinished or damaged run, or one to overwrite
-                    remove_folder(run_dir)
+                    remove_folder(run_dir, config.output_dir)
+                check_inside(run_dir, config.output_dir)  # what the lock's wait may have let change
                 run_dir.mkdir(parents=True, exist_ok=True)
                 write_json(run_dir / RESUME_FILE, {"identity": identity})
                 mark_parent()  # the ranks that fit() starts end with this process
@@ -342,14 +346,37 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
         return module, metadata
 
 
-def remove_folder(folder: Path) -> None:
-    """``shutil.rmtree``, which never follows a link inside the folder; a folder nested too deep for it
-    (it recurses once per level) is one line that says to remove it by hand."""
+def remove_folder(folder: Path, output_dir) -> None:
+    """``shutil.rmtree`` of ``folder``, which never follows a link inside it, reached from ``output_dir``
+    one folder at a time without following a link either: a folder on the way swapped for a link after
+    :func:`check_inside` is refused, not followed out of the output folder. A folder nested too deep
+    for rmtree (it recurses once per level) is one line that says to remove it by hand."""
+    check_inside(folder, output_dir)
+    parts = Path(os.path.relpath(Path(folder).absolute(), Path(output_dir).expanduser().absolute())).parts
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
     try:
-        shutil.rmtree(folder)
+        if not nofollow or sys.version_info < (3, 11):  # rmtree takes a dir_fd from Python 3.11
+            shutil.rmtree(folder)
+            return
+        fd = os.open(Path(output_dir).expanduser(), flags)
+        try:
+            for part in parts[:-1]:
+                fd, above = os.open(part, flags | nofollow, dir_fd=fd), fd
+                os.close(above)
+            shutil.rmtree(parts[-1], dir_fd=fd)
+        finally:
+            os.close(fd)
     except RecursionError:
         raise FileExistsError(
             f"{folder} holds folders nested too deep to delete: remove it by hand, or choose another output folder."
+        ) from None
+    except (NotADirectoryError, OSError) as error:
+        if getattr(error, "errno", None) not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        raise FileExistsError(
+            f"a folder on the way to {folder} became a link or a file while the run was prepared: nothing "
+            "was deleted; check what changed the output folder, or choose another --output-dir."
         ) from None
 
 

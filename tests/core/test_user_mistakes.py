@@ -232,8 +232,8 @@ def test_parameters_that_are_not_numbers_are_named(given, message):
     "given, message",
     [
         (dict(lr_factor=2), "lr_factor must lie strictly between 0 and 1"),
-        (dict(lr_patience=-1), "lr_patience must be a whole number >= 0"),
-        (dict(eval_seed="a"), "eval_seed must be a whole number >= 0"),
+        (dict(lr_patience=-1), "lr_patience must be a whole number from 0 to 2\\*\\*63 - 1"),
+        (dict(eval_seed="a"), "eval_seed must be a whole number from 0 to 2\\*\\*63 - 1"),
     ],
 )
 def test_the_modules_schedule_and_seed_are_checked_where_given(given, message):

@@ -371,7 +371,7 @@ def test_a_forged_plateau_schedule_is_not_restored(tmp_path, monkeypatch, capsys
     checkpoint["lr_schedulers"][0]["min_lrs"] = [1.0]
     torch.save(checkpoint, last)
     _, metadata = train(config)
-    assert "not the run's plateau schedule" in capsys.readouterr().err and not metadata["resumed"]
+    assert "not this module's plateau schedule" in capsys.readouterr().err and not metadata["resumed"]
 
 
 @pytest.mark.parametrize("text", ["nonsense", ""], ids=["other-set", "no-rows"])

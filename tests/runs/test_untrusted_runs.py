@@ -240,7 +240,7 @@ def history_lost(last: Path):
         (truncate, "not an archive that torch.save"),  # 12
         (other_shape, "is not a checkpoint of this model"),  # 13, before Lightning's restore (check_fits)
         (dev_zero, "last.ckpt is a symbolic link"),  # 14
-        (garbage_generator, "RNG state"),  # 15, in Lightning's restore
+        (garbage_generator, "training batches' generator is not"),  # 15, before Lightning's restore
         (history_not_numbers, "history version_0/metrics.csv is not a table of numbers"),  # 16
         (history_lost, "history does not hold epochs 0 to 1"),
     ],
