@@ -25,7 +25,7 @@ class Diagnosis:
     mass_at_n: float  # mean p_N: the share of the halting mass left on the last step
     rho: float | None  # Spearman ρ between E[n] and the difficulty the user supplies
     distribution: list[float]  # mean p_n over the batch, n = 1..N
-    prior_mean: float | None  # Σ_n n·p_G(n) over 1..N: where the KL term pulls E[n] (PonderNet only)
+    prior_mean: float | None  # Σ_n n·p_G(n)/Z, the prior renormalised over 1..N: where the KL term pulls E[n]
     beyond: float | None  # mean of E[n] − difficulty: the steps taken past it, if it counts steps
     accuracy: float | None  # the share of the model's answers (its own halting) that match the targets
     verdict: str  # rule 3 of the book: follows difficulty, in between, fixed depth, wrong direction
@@ -131,7 +131,7 @@ def diagnose(
     else:
         verdict = halting_verdict((rho, rho), spread, rules)  # NaN ρ (one E[n] for all): fixed depth
     prior = method.halting_prior(p.shape[0]) if hasattr(method, "halting_prior") else None
-    prior_mean = None if prior is None else float((n.squeeze(1) * prior.to(n.dtype)).sum())  # Σ n·p_G(n)
+    prior_mean = None if prior is None else float((n.squeeze(1) * prior.to(n.dtype)).sum())  # Σ n·p_G(n)/Z
     result = Diagnosis(
         mean_steps=float(expected.mean()),
         spread=spread,
