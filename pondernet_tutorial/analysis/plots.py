@@ -27,9 +27,10 @@ PANEL_HEIGHT = 2.9  # inches per stacked panel
 
 
 def use_book_style() -> None:
-    """The notebooks' figure style: seaborn's grid, fonts sized for the column, SVG output inline; and
-    tables whose cells are shown whole (pandas cuts a cell at 50 characters by default)."""
-    sns.set_theme(context="notebook", style="whitegrid", font_scale=0.85)
+    """The notebooks' figure style: seaborn's grid, fonts sized for the column, SVG output inline, and the
+    colour cycle of :data:`METHOD_COLORS` (a line drawn in the default first colour is PonderNet's blue);
+    and tables whose cells are shown whole (pandas cuts a cell at 50 characters by default)."""
+    sns.set_theme(context="notebook", style="whitegrid", font_scale=0.85, palette="colorblind")
     pd.set_option("display.max_colwidth", None)
     plt.rcParams.update(
         {
@@ -44,6 +45,11 @@ def use_book_style() -> None:
     except ImportError:  # no IPython: figures are saved, not shown inline
         return
     set_matplotlib_formats("svg")
+
+
+def shades(n: int, family: str = "pondernet") -> list:
+    """``n`` shades of a method's colour, darkest first: its seeds, or groups of its inputs, stay its hue."""
+    return sns.light_palette(METHOD_COLORS[family], n_colors=n + 1, reverse=True)[:n]
 
 
 def column_figure(rows: int = 1, height: float = PANEL_HEIGHT, **subplots):
@@ -187,6 +193,20 @@ def plot_against_rotation(summary: pd.DataFrame, metric: str = "accuracy", ax=No
     return ax
 
 
+def angle_style(name: str) -> dict:
+    """The colour of a rotated test set (``rot45``, ``rot-45``) by its angle's size, the same in every
+    figure (viridis from 0° to 180°), and its direction by the line: dashed for a negative angle."""
+    degrees = float(name.replace("rot_pm", "").replace("rot", ""))
+    return {
+        "color": plt.get_cmap("viridis")(abs(degrees) / 180 * 0.9),
+        "linestyle": "--" if degrees < 0 else "-",
+    }
+
+
+def angle_label(name: str) -> str:
+    return ("rotated by " + name.replace("rot_pm", "±").replace("rot", "") + "°").replace("-", "−")
+
+
 def plot_halting_distribution(
     per_sample: pd.DataFrame,
     lambda_p: float,
@@ -199,12 +219,10 @@ def plot_halting_distribution(
     distribution renormalised over 1..N (what the KL term pulls towards)."""
     ax = ax or plt.gca()
     steps = np.arange(1, max_steps + 1)
-    colors = sns.color_palette("viridis", len(sets))
-    for name, color in zip(sets, colors):
+    for name in sets:
         values = per_sample.loc[per_sample["set"] == name, column].astype(int)
         frequency = np.bincount(values, minlength=max_steps + 1)[1:] / len(values)
-        label = "rotated by " + name.replace("rot_pm", "±").replace("rot", "") + "°"
-        ax.plot(steps, frequency, marker="o", ms=3, color=color, label=label)
+        ax.plot(steps, frequency, marker="o", ms=3, label=angle_label(name), **angle_style(name))
     prior = geometric_prior(lambda_p, max_steps, renormalize=True).numpy()
     ax.bar(steps, prior, color="grey", alpha=0.3, label=f"prior p_G(λ_p={lambda_p:g}), renormalised")
     ax.set_xlabel("halting step n")
@@ -256,7 +274,7 @@ def plot_pointer_sample(arrows, ax=None, color=None):
     arrows = [int(a) for a in arrows]
     n = len(arrows)
     walk = pointer_walk(arrows)
-    color = color or sns.color_palette("colorblind")[0]
+    color = color or "black"  # the task, not a method: no method's colour
     scale = 2.0 / n  # below the row, an arc rises with the distance it spans: the longest by 2
 
     def height(i, j):
