@@ -230,8 +230,6 @@ def check_training_state(checkpoint: dict, module, path) -> None:
     module's ``lr`` (:func:`check_adam_settings`), its plateau schedule or none
     (:func:`check_plateau_schedule`), and a Lightning version from 2.0 on (an older one's migration
     fails on this checkpoint's layout). Lightning restores each as it is found."""
-    import re
-
     epoch, hparams = checkpoint.get("epoch"), module.hparams
     version = checkpoint.get("pytorch-lightning_version")
     try:
