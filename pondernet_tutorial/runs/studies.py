@@ -333,9 +333,8 @@ def run_one(
     module = None
     try:
         with folder_lock(run_dir, wait=wait, doing="training or evaluating it"):
-            check_inside(
-                run_dir, config.output_dir
-            )  # again: the wait may have let a folder on the way change
+            # again: while this process waited for the lock, a folder on the way may have changed
+            check_inside(run_dir, config.output_dir)
             saved = read_metadata(run_dir)
             if saved is not None and not overwrite:  # never replace another configuration's run silently
                 differences = identity_differences(saved.get("identity", {}), config.identity())

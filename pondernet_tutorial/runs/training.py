@@ -371,7 +371,7 @@ def remove_folder(folder: Path, output_dir) -> None:
         raise FileExistsError(
             f"{folder} holds folders nested too deep to delete: remove it by hand, or choose another output folder."
         ) from None
-    except (NotADirectoryError, OSError) as error:
+    except OSError as error:  # ELOOP: a link where a folder was; ENOTDIR: a file
         if getattr(error, "errno", None) not in (errno.ELOOP, errno.ENOTDIR):
             raise
         raise FileExistsError(
