@@ -12,6 +12,7 @@ a JSON record (:func:`read_json`: ``metadata.json``, ``study.json``) and a table
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import stat
@@ -145,58 +146,49 @@ def damaged_table(path, why: str) -> DamagedFileError:
 MAX_COLUMNS = 1_000  # the package's tables have at most a few dozen; pandas spends kilobytes on each
 
 
+MAX_QUOTES = 2_000_000  # quote characters in a table: the package's hold none, or two per quoted cell
+
+
 class _Capped:
-    """A binary reader that raises :class:`DamagedFileError` after ``cap`` bytes (a gzip bomb), at the
-    first NUL byte, which no text table holds (a sparse or zeroed file reads as a table of none), or at
-    a row of more than :data:`MAX_COLUMNS` columns, the header or a row (a megabyte of commas takes
-    gigabytes in pandas: a row longer than the header becomes an index of one level per extra field).
-    A row is what pandas reads as one: a newline inside quotes does not end it."""
+    """A binary reader of a table, which raises :class:`DamagedFileError` at its first read when the
+    table holds more than ``cap`` bytes (a gzip bomb: it is inflated a megabyte at a time, never past
+    the bound), a NUL byte, which no text table holds (a sparse or zeroed file reads as a table of
+    none), more than :data:`MAX_QUOTES` quotes, or a row of more than :data:`MAX_COLUMNS` columns, the
+    header or any other (a megabyte of commas takes gigabytes in pandas: a row longer than the header
+    becomes an index of one level per extra field). A row is what pandas reads as one
+    (:func:`_rows`): a newline or a comma inside a quoted field does not end it."""
 
     def __init__(self, raw, cap: int, path):
-        self.raw, self.cap, self.path, self.count = raw, cap, path, 0
-        self.commas = 0  # in the row read so far
-        self.quoted = 0  # 1: the bytes read so far end inside a quoted field
-        # the header, read first, at most 256 bytes a column: kept for the first reads
-        longest = 256 * MAX_COLUMNS
-        header = raw.readline(min(cap + 1, longest))
-        if header.count(b",") >= MAX_COLUMNS or len(header) >= longest:
-            raise damaged_table(path, f"its header is longer than {MAX_COLUMNS:,} columns")
-        self.pending = self._counted(header)
+        self.raw, self.cap, self.path, self.buffer = raw, cap, path, None
 
-    def _widest_line(self, data: bytes) -> int:
-        """The most commas in a row of ``data``, the row that the last read left open included."""
-        import numpy as np
-
-        codes = np.frombuffer(data, np.uint8)
-        commas = np.cumsum(codes == ord(","))  # up to each byte
-        quotes = np.cumsum(codes == ord('"')) + self.quoted  # a doubled quote ("") changes nothing
-        self.quoted = int(quotes[-1] % 2) if len(quotes) else self.quoted
-        ends = commas[(codes == ord("\n")) & (quotes % 2 == 0)]  # at each row's end, outside quotes
-        per_line = np.diff(ends, prepend=0, append=commas[-1] if len(commas) else 0)
-        per_line[0] += self.commas
-        self.commas = int(per_line[-1])  # the line left open
-        return int(per_line.max())
-
-    def _pending(self, size: int) -> bytes:
-        data, self.pending = self.pending[:size], self.pending[size:]
-        return data
-
-    def _counted(self, data: bytes) -> bytes:
-        self.count += len(data)
-        if self.count > self.cap:
-            raise DamagedFileError(errno.EFBIG, f"{self.path} holds more than {self.cap:,} bytes of table")
-        if b"\0" in data:
-            raise damaged_table(self.path, "it holds NUL bytes, not text")
-        if self._widest_line(data) >= MAX_COLUMNS:
-            raise damaged_table(self.path, f"a row of it is longer than {MAX_COLUMNS:,} columns")
-        return data
+    def _load(self):
+        if self.buffer is None:
+            chunks, count = [], 0
+            while chunk := self.raw.read(min(2**20, self.cap + 1 - count)):
+                chunks.append(chunk)
+                count += len(chunk)
+                if count > self.cap:
+                    raise DamagedFileError(
+                        errno.EFBIG, f"{self.path} holds more than {self.cap:,} bytes of table"
+                    )
+            data = b"".join(chunks)
+            if b"\0" in data:
+                raise damaged_table(self.path, "it holds NUL bytes, not text")
+            header, widest = _rows(data, self.path)
+            if (
+                header >= MAX_COLUMNS or (data.find(b"\n") % (len(data) + 1)) >= 256 * MAX_COLUMNS
+            ):  # (-1: one line)
+                raise damaged_table(self.path, f"its header is longer than {MAX_COLUMNS:,} columns")
+            if widest >= MAX_COLUMNS:
+                raise damaged_table(self.path, f"a row of it is longer than {MAX_COLUMNS:,} columns")
+            self.buffer = io.BytesIO(data)
+        return self.buffer
 
     def read(self, size: int = -1) -> bytes:
-        whole = size is None or size < 0
-        if self.pending:
-            head = self._pending(len(self.pending) if whole else size)
-            return head + (self.read() if whole else b"")
-        return self._counted(self.raw.read(self.cap + 1 - self.count if whole else size))
+        return self._load().read(size)
+
+    def readline(self, size: int = -1) -> bytes:
+        return self._load().readline(size)
 
     def readable(self) -> bool:
         return True
@@ -204,10 +196,56 @@ class _Capped:
     def __iter__(self):
         return iter(self.readline, b"")
 
-    def readline(self, size: int = -1) -> bytes:
-        if self.pending:
-            return self._pending(len(self.pending))
-        return self._counted(self.raw.readline(self.cap + 1 - self.count))
+
+def _rows(data: bytes, path) -> tuple[int, int]:
+    """The commas that separate fields in the first row of ``data`` (the header) and in its widest row,
+    by pandas' rule of quotes: a quote opens a quoted field only at the start of a field, ``""`` inside
+    one is a quote, and any other quote there closes it; a quote elsewhere is a character. Read a
+    megabyte at a time, so that the arrays stay small whatever the table."""
+    import numpy as np
+
+    chunk = 2**20
+    pieces = [
+        (start, np.frombuffer(data, np.uint8, min(chunk, len(data) - start), start))
+        for start in range(0, len(data), chunk)
+    ]
+    quotes = [q for start, codes in pieces for q in (np.flatnonzero(codes == ord('"')) + start).tolist()]
+    if len(quotes) > MAX_QUOTES:
+        raise damaged_table(path, f"it holds more than {MAX_QUOTES:,} quotes")
+    spans, opened, i = [], None, 0  # the quoted fields: [first byte, last byte + 1)
+    while i < len(quotes):
+        q = quotes[i]
+        if opened is None:
+            if q == 0 or data[q - 1] in b",\n\r":
+                opened = q
+        elif i + 1 < len(quotes) and quotes[i + 1] == q + 1:
+            i += 1  # a doubled quote: a quote inside the field
+        else:
+            spans.append((opened, q + 1))
+            opened = None
+        i += 1
+    if opened is not None:  # a quote never closed: the rest of the table is one field
+        spans.append((opened, len(data)))
+    header, widest, row, first = None, 0, 0, 0  # row: the separators of the row read so far
+    for start, codes in pieces:
+        quoted = np.zeros(len(codes), bool)
+        while first < len(spans) and spans[first][1] <= start:
+            first += 1
+        for low, high in spans[first:]:
+            if low >= start + len(codes):
+                break
+            quoted[max(low - start, 0) : high - start] = True
+        separators = np.cumsum((codes == ord(",")) & ~quoted)
+        ends = np.flatnonzero((codes == ord("\n")) & ~quoted)
+        if len(ends):
+            rows = np.diff(separators[ends], prepend=0)
+            rows[0] += row
+            header = int(rows[0]) if header is None else header
+            widest = max(widest, int(rows.max()))
+            row = int(separators[-1] - separators[ends[-1]])
+        else:
+            row += int(separators[-1])
+    return (row if header is None else header), max(widest, row)
 
 
 def read_table(
