@@ -445,7 +445,7 @@ class TrainConfig:
     @property
     def run_dir(self) -> Path:
         names = [safe_name(self.experiment), self.variant, safe_name(f"seed{self.seed}")]
-        return Path(self.output_dir).joinpath(*names)
+        return Path(self.output_dir).expanduser().joinpath(*names)  # "~/runs", as check_inside reads it
 
 
 # The characters a folder name keeps as they are (every shipped run's name is made of them); any other

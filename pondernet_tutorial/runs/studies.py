@@ -457,7 +457,7 @@ def reproduce(
         raise ValueError("quick runs (--quick or --train-subset) are never shipped as pretrained results.")
     if not ship:
         check_not_shipped(output_dir, "output_dir")  # the shipped runs are read-only without ship
-    root = PRETRAINED_DIR if ship else Path(output_dir)
+    root = PRETRAINED_DIR if ship else Path(output_dir).expanduser()
     chosen = [get_study(name) for name in studies]
     for study in chosen:  # before any training: the tables are never written through a link
         check_inside(root / "studies" / study.name, root, "study folder")
@@ -574,7 +574,7 @@ def prune_for_shipping(studies, root: Path, plan: dict[str, list[TrainConfig]] |
     most generous of them ships. ``plan``: each study's runs as :func:`reproduce` planned them (default:
     the study's own, in ``root``).
     """
-    import shutil
+    from .training import remove_inside
 
     level = {}
     for study in studies:
@@ -585,11 +585,12 @@ def prune_for_shipping(studies, root: Path, plan: dict[str, list[TrainConfig]] |
         if not run_dir.is_dir():
             continue
         with folder_lock(run_dir, wait=True, doing="training or evaluating it"):
-            shutil.rmtree(run_dir / "logs", ignore_errors=True)
+            # each removal reached without following a link: never through a folder swapped for one
+            remove_inside(run_dir / "logs", root, missing_ok=True)
             if keep < SHIP_LEVELS.index("all"):
-                (run_dir / "per_sample.csv.gz").unlink(missing_ok=True)
+                remove_inside(run_dir / "per_sample.csv.gz", root, missing_ok=True)
             if keep < SHIP_LEVELS.index("weights"):
-                (run_dir / WEIGHTS).unlink(missing_ok=True)
+                remove_inside(run_dir / WEIGHTS, root, missing_ok=True)
 
 
 def load_study(name: str, root: str | Path | None = None) -> dict[str, pd.DataFrame]:

@@ -29,7 +29,7 @@ from pondernet_tutorial.runs import cli
 from pondernet_tutorial.runs.checkpoints import load_model
 from pondernet_tutorial.runs.config import identity_differences
 from pondernet_tutorial.runs.resume import _check_unfinished_folder, read_history
-from pondernet_tutorial.runs.training import remove_folder
+from pondernet_tutorial.runs.training import remove_inside
 from pondernet_tutorial.untrusted import CheckpointError, DamagedFileError, read_json, read_table
 
 
@@ -107,7 +107,7 @@ def test_4_a_run_folder_nested_too_deep_or_looping_is_one_error(tmp_path, reques
         with pytest.raises(CheckpointError, match="nest too deep or hold a loop"):
             _check_unfinished_folder(deep)
         with pytest.raises(FileExistsError, match="nested too deep to delete"):
-            remove_folder(deep, tmp_path)
+            remove_inside(deep, tmp_path)
     finally:  # one level at a time, deepest first: pytest's own clean-up of tmp_path would recurse
         while folder != deep:
             os.rmdir(folder)

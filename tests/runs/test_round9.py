@@ -3,16 +3,19 @@
 Each test failed on the code before its fix (the break is named in its docstring).
 """
 
+import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import test_faults
 import tiny_parity
 import torch
 from test_round4 import QUIET, data
 
 from pondernet_tutorial.fitting import fit
 from pondernet_tutorial.lightning_module import PonderLitModule
-from pondernet_tutorial.runs import checkpoints, cli, config, training
+from pondernet_tutorial.runs import checkpoints, cli, config, studies, training
 from pondernet_tutorial.runs.resume import read_history
 from pondernet_tutorial.untrusted import MAX_COLUMNS, CheckpointError, DamagedFileError, read_table
 
@@ -73,8 +76,9 @@ def test_a_fit_continued_twice_keeps_its_schedule_acceptable(tmp_path):
 
 def test_a_row_split_by_quoted_newlines_is_bounded_as_one_row(tmp_path):
     """A quoted field holding a newline split one row of 20,000 fields into lines of fewer than
-    MAX_COLUMNS commas: a 40 kB file became an index of 19,998 levels (+93 MB). Break: count the commas
-    of physical lines (ignore the quotes in _Capped._widest_line)."""
+    MAX_COLUMNS commas: a 40 kB file became an index of 19,998 levels (+93 MB); then a quote inside an
+    unquoted field flipped the count of quotes. Break: count the commas of physical lines, or open a
+    quoted field at any quote (untrusted._rows)."""
     fields = ['"\n"' if i % 900 == 899 else "1" for i in range(20_000)]
     path = tmp_path / "summary.csv"
     path.write_text("a,b\n" + ",".join(fields) + "\n")
@@ -82,6 +86,9 @@ def test_a_row_split_by_quoted_newlines_is_bounded_as_one_row(tmp_path):
         read_table(path)
     header = ",".join(f'"c\n{i}"' for i in range(MAX_COLUMNS + 1))  # the header split alike
     path.write_text(header + "\n")
+    with pytest.raises(DamagedFileError, match=f"longer than {MAX_COLUMNS:,} columns"):
+        read_table(path)
+    path.write_text('a,b\nx"y' + ',"\n"' * 2000 + "\n")  # re-check: a quote inside an unquoted field is text
     with pytest.raises(DamagedFileError, match=f"longer than {MAX_COLUMNS:,} columns"):
         read_table(path)
     path.write_text('name,value\n"PonderNet, KL(p_G\n‖p)",1\n"a ""quoted"" one",2\n')  # quoted commas too
@@ -106,7 +113,7 @@ def test_a_folder_on_the_way_swapped_for_a_link_after_the_check_deletes_nothing(
     """train() checked the run folder's path once, then built the data and the model (or waited for a
     lock), then removed the folder by its path: a folder on the way swapped for a link meanwhile had a
     folder outside the output folder deleted and trained into. Break: shutil.rmtree(folder) by path in
-    remove_folder (its check_inside is skipped here, as if the swap came right after it)."""
+    remove_inside (its check_inside is skipped here, as if the swap came right after it)."""
     out, victim = tmp_path / "out", tmp_path / "victim"
     (victim / "seed0").mkdir(parents=True)
     (victim / "seed0" / "precious.txt").write_text("a user's file")
@@ -114,10 +121,10 @@ def test_a_folder_on_the_way_swapped_for_a_link_after_the_check_deletes_nothing(
     (out / "experiment" / "variant").symlink_to(victim, target_is_directory=True)
     monkeypatch.setattr(training, "check_inside", lambda *args, **kwargs: None)
     with pytest.raises(FileExistsError, match="became a link or a file .*: nothing was deleted"):
-        training.remove_folder(out / "experiment" / "variant" / "seed0", out)
+        training.remove_inside(out / "experiment" / "variant" / "seed0", out)
     assert (victim / "seed0" / "precious.txt").read_text() == "a user's file"
     (out / "experiment" / "other" / "seed0").mkdir(parents=True)  # a plain folder: removed
-    training.remove_folder(out / "experiment" / "other" / "seed0", out)
+    training.remove_inside(out / "experiment" / "other" / "seed0", out)
     assert not (out / "experiment" / "other" / "seed0").exists()
 
 
@@ -142,3 +149,38 @@ def test_an_odd_folder_among_the_shipped_runs_is_skipped(tmp_path, monkeypatch):
     run_dir = tmp_path / "parity-interpolation" / "variant"
     (run_dir / "seed0" / "metadata.json").write_text('{"config": [1]}')
     assert cli._readable_run_name(run_dir) == "parity-interpolation/variant"
+
+
+def test_a_folder_swapped_for_a_link_while_training_deletes_nothing_outside(tmp_path, monkeypatch):
+    """Re-check of round 9: after the model file was written, train() removed checkpoints/ and
+    resume.json by path, and prune_for_shipping removed logs/ with no check at all: a folder on the way
+    swapped for a link during the hours of training had them delete a folder outside the output folder.
+    Break: shutil.rmtree(run_dir / "checkpoints") back in _train, or in prune_for_shipping."""
+    run = test_faults.tiny(tmp_path / "out", epochs=1)
+    victim = tmp_path / "victim" / run.run_dir.name
+    for sub in ("checkpoints", "logs"):
+        (victim / sub).mkdir(parents=True)
+        (victim / sub / "precious.txt").write_text("a user's file")
+    real = training.save_weights
+
+    def save_then_swap(module, path):  # what another process may do meanwhile
+        real(module, path)
+        os.rename(run.run_dir.parent, tmp_path / "moved")
+        run.run_dir.parent.symlink_to(victim.parent, target_is_directory=True)
+
+    monkeypatch.setattr(training, "save_weights", save_then_swap)
+    with pytest.raises(FileExistsError, match="symbolic link or lies outside"):
+        training.train(run)
+    plan = {"s": [SimpleNamespace(run_dir=run.run_dir)]}
+    with pytest.raises(FileExistsError, match="symbolic link or lies outside"):
+        studies.prune_for_shipping([SimpleNamespace(name="s", ship="weights")], tmp_path / "out", plan)
+    assert all((victim / sub / "precious.txt").exists() for sub in ("checkpoints", "logs"))
+
+
+def test_an_output_folder_given_with_a_tilde_is_the_one_checked(tmp_path, monkeypatch):
+    """--output-dir=~/o reaches the package as it is (the shell expands no ~ after '='): check_inside
+    read $HOME/o while the run was written in ./~/o, where a link was never checked. Break: run_dir
+    without expanduser()."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    run = test_faults.tiny("~/o", epochs=1)
+    assert run.run_dir.is_relative_to(tmp_path / "home" / "o")
