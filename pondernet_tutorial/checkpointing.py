@@ -233,8 +233,10 @@ def check_training_state(checkpoint: dict, module, path) -> None:
     epoch, hparams = checkpoint.get("epoch"), module.hparams
     version = checkpoint.get("pytorch-lightning_version")
     try:
-        if not isinstance(version, str) or not re.match(r"([2-9]|\d\d+)\.\d+", version):
-            raise CheckpointError(f"its Lightning version is {str(version)[:20]!r}, not 2.0 or later")
+        if not _lightning_version_ok(version):
+            raise CheckpointError(
+                f"its Lightning version is {str(version)[:20]!r}, not one from 2.0 to the installed one"
+            )
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise CheckpointError(f"its epoch is {str(epoch)[:20]!r}, not a whole number")
         for optimizer in checkpoint.get("optimizer_states") or []:
@@ -252,6 +254,19 @@ def check_training_state(checkpoint: dict, module, path) -> None:
         raise CheckpointError(f"{path} is not a checkpoint of this module: {error}.") from None
 
 
+def _lightning_version_ok(version) -> bool:
+    """Whether ``version`` names a Lightning release from 2.0.0 to the installed one: an older one's
+    migration fails on this checkpoint's layout, a text that is no version fails in Lightning."""
+    import lightning
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        installed = Version(lightning.__version__)
+        return isinstance(version, str) and Version("2.0.0") <= Version(version) <= installed
+    except InvalidVersion:
+        return False
+
+
 def check_plateau_schedule(schedule, hparams, epochs: int, fewest: int | None = None) -> None:
     """Raise ``CheckpointError`` unless ``schedule`` is the state of the plateau schedule that the
     module builds (``lr_factor``, ``lr_patience``, on ``val/acc``), stepped at most once per epoch (and
@@ -266,12 +281,17 @@ def check_plateau_schedule(schedule, hparams, epochs: int, fewest: int | None = 
         not isinstance(schedule, dict)
         or schedule.keys() != built.keys()
         or any(schedule[key] != built[key] for key in built.keys() - counters)
+        or any(isinstance(schedule[key], bool) for key in ("last_epoch", "num_bad_epochs"))
         or not isinstance(schedule["last_epoch"], int)
         or not (epochs if fewest is None else fewest) <= schedule["last_epoch"] <= epochs + 1
         or not isinstance(schedule["num_bad_epochs"], int)
         or not 0 <= schedule["num_bad_epochs"] <= epochs + 1
         or not isinstance(schedule["_last_lr"], list)
         or not all(isinstance(r, float) and 0 < r <= float(hparams.lr) for r in schedule["_last_lr"])
+        or schedule["cooldown_counter"] != 0  # no cooldown: forged, it holds the rate
+        or isinstance(schedule["cooldown_counter"], bool)
+        or not isinstance(schedule["best"], float)
+        or not (schedule["best"] == float("-inf") or 0 <= schedule["best"] <= 1)  # an accuracy, or none yet
     ):
         raise CheckpointError("its learning-rate schedule is not this module's plateau schedule")
 
@@ -307,7 +327,7 @@ def check_adam_settings(groups, lr: float, n_parameters: int) -> None:
         plain_values = not any(torch.is_tensor(v) for v in (saved if isinstance(saved, tuple) else (saved,)))
         if not plain_values or saved != expected:
             raise CheckpointError(f"its optimizer's {name} is {saved!r}, not the module's {expected!r}")
-    rate = number(group.get("lr"))
+    rate = group.get("lr")  # a plain number: a tensor would reach plain Adam as one
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= lr:
         raise CheckpointError(f"its learning rate {rate!r} is not in (0, {lr:g}], the module's lr")
 
@@ -374,8 +394,9 @@ class FolderCheckpoint(ModelCheckpoint):
         self.max_bytes = checkpoint_bound(pl_module)
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        logged = trainer.callback_metrics  # Lightning's sanity check validates before the first step
-        if trainer.sanity_checking and str(self.monitor).startswith("val/") and self.monitor not in logged:
+        # at Lightning's sanity check, before the first step, or at the first validation without one
+        logged = trainer.callback_metrics
+        if str(self.monitor).startswith("val/") and self.monitor not in logged:
             raise ValueError(
                 f"select_by={self.monitor!r} is not logged in validation: choose one of "
                 f"{', '.join(sorted(name for name in logged if name.startswith('val/')))}."

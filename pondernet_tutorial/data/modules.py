@@ -131,12 +131,15 @@ class GeneratedDataModule(L.LightningDataModule):
         state = state_dict.get("train_generator")
         if state is None:
             return
-        size = torch.Generator().get_state().numel()  # the state of torch's CPU generator
-        if not isinstance(state, Tensor) or state.dtype != torch.uint8 or state.shape != (size,):
+        try:  # the state of torch's CPU generator, or an error of torch's (a wrong size, an invalid state)
+            if not isinstance(state, Tensor):
+                raise TypeError(type(state).__name__)
+            torch.Generator().set_state(state)
+        except (TypeError, RuntimeError):
             raise CheckpointError(
-                f"the checkpoint's state of the training batches' generator is not {size:,} bytes of "
-                "torch's CPU generator: continue from a checkpoint that this data module wrote."
-            )
+                "the checkpoint's state of the training batches' generator is not one of torch's CPU "
+                "generator: continue from a checkpoint that this data module wrote."
+            ) from None
         generator = getattr(self, "_train_generator", None)
         if generator is not None:
             generator.set_state(state)

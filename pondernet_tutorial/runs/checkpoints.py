@@ -335,7 +335,7 @@ def available_pretrained(root: str | os.PathLike | None = None) -> list[dict]:
     for model in sorted(root.glob(f"*/*/seed*/{WEIGHTS}")):
         run = model.parent
         seed = run.name.removeprefix("seed")
-        if not (seed.isascii() and seed.isdigit()):  # no run of the package's ("seedx", "seed²")
+        if not (seed.isascii() and seed.isdigit() and seed == str(int(seed))):  # "seedx", "seed²", "seed01"
             continue
         runs.append(
             {

@@ -55,7 +55,7 @@ def shipped_runs() -> dict[str, dict[str, list[int]]]:
     runs: dict[str, dict[str, list[int]]] = {}
     for model in sorted(PRETRAINED_DIR.glob(f"*/*/seed*/{WEIGHTS}")):
         seed = model.parent.name.removeprefix("seed")
-        if seed.isascii() and seed.isdigit():  # ("²".isdigit() too)
+        if seed.isascii() and seed.isdigit() and seed == str(int(seed)):  # not "seed²", "seed01"
             variants = runs.setdefault(model.parent.parent.parent.name, {})
             variants.setdefault(model.parent.parent.name, []).append(int(seed))
     return {e: runs[e] for e in EXPERIMENTS if e in runs}

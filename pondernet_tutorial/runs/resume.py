@@ -174,7 +174,9 @@ def read_history(logs: Path) -> list[dict]:
             whole_rows = sum(chunk.count(b"\n") for chunk in iter(lambda: file.read(2**20), b"")) - 1
         if whole_rows < 0:
             continue
-        table = read_table(path, follow_links=False, float_precision="round_trip", nrows=whole_rows)
+        table = read_table(  # every line a row, blank ones too (dropped below): nrows counts lines
+            path, follow_links=False, float_precision="round_trip", nrows=whole_rows, skip_blank_lines=False
+        )
         metrics = sorted(c for c in table.columns if str(c).startswith(("train/", "val/")))
         columns = [c for c in ("epoch", *CLOCK) if c in table] + metrics
         epochs = table.get("epoch", pd.Series(dtype=float)).dropna()

@@ -320,6 +320,18 @@ def test_a_misspelt_select_by_is_named_before_the_first_training_step(tmp_path):
         )
     assert Steps.taken == 0
     fit(_module(), _data(batch=4), 1, select_by="train/loss", default_root_dir=tmp_path, **QUIET)
+    with pytest.raises(
+        ValueError, match="select_by='val/accuracy' is not logged in validation"
+    ):  # no sanity check
+        fit(
+            _module(),
+            _data(batch=4),
+            1,
+            select_by="val/accuracy",
+            num_sanity_val_steps=0,
+            default_root_dir=tmp_path,
+            **QUIET,
+        )
 
 
 def test_a_training_that_diverged_names_the_data_too(tmp_path):

@@ -35,9 +35,9 @@ def _group(checkpoint) -> dict:
     return checkpoint["optimizer_states"][0]["param_groups"][0]
 
 
-def _generator(checkpoint) -> None:
+def _generator(checkpoint, state=None) -> None:
     (key,) = [k for k, v in checkpoint.items() if isinstance(v, dict) and "train_generator" in v]
-    checkpoint[key]["train_generator"] = torch.zeros(3, dtype=torch.uint8)
+    checkpoint[key]["train_generator"] = torch.zeros(3, dtype=torch.uint8) if state is None else state
 
 
 @pytest.mark.parametrize(
@@ -50,8 +50,30 @@ def _generator(checkpoint) -> None:
         (lambda c: c["lr_schedulers"][0].update(step=1), "schedule is not this module's plateau schedule"),
         (lambda c: c.update({"pytorch-lightning_version": "0.0.1"}), "Lightning version is '0.0.1'"),
         (_generator, "training batches' generator is not"),
+        # the re-check's: a schedule that never cuts the rate, or cuts it at the wrong time; a release
+        # candidate before 2.0 and a version after the installed one; a tensor rate; a zeroed generator
+        (lambda c: c["lr_schedulers"][0].update(cooldown_counter=10**9), "schedule is not this module's"),
+        (lambda c: c["lr_schedulers"][0].update(best=float("inf")), "schedule is not this module's"),
+        (lambda c: c.update({"pytorch-lightning_version": "2.0.0rc1"}), "Lightning version is '2.0.0rc1'"),
+        (lambda c: c.update({"pytorch-lightning_version": "10.0"}), "Lightning version is '10.0'"),
+        (lambda c: _group(c).update(lr=torch.tensor(1e-4)), "its learning rate tensor"),
+        (lambda c: _generator(c, torch.zeros_like(torch.Generator().get_state())), "training batches' generator is not"),
     ],
-    ids=["maximize", "lr 1e6", "lr text", "betas", "schedule", "lightning 0.0.1", "generator"],
+    ids=[
+        "maximize",
+        "lr 1e6",
+        "lr text",
+        "betas",
+        "schedule",
+        "lightning 0.0.1",
+        "generator",
+        "cooldown",
+        "best",
+        "rc1",
+        "10.0",
+        "lr tensor",
+        "zero generator",
+    ],
 )
 def test_a_checkpoint_given_to_fit_restores_no_training_state_of_another_module(tmp_path, edit, message):
     """maximize=True and lr=1e6 were restored silently (the training climbed the loss); the others
@@ -107,6 +129,11 @@ def test_a_row_the_logger_did_not_finish_is_not_read(tmp_path):
     )
     (logs / "version_1" / "metrics.csv").write_bytes(b"")
     assert [(row["epoch"], row["val/acc"]) for row in read_history(logs)] == [(0, 0.5), (1, 0.6)]
+    # re-check: a blank line made pandas' rows one fewer than the lines counted, and the cut row was read
+    (logs / "version_0" / "metrics.csv").write_text(
+        "epoch,lr,val/acc\n0,0.001,0.5\n\n1,0.001,0.6\n2,0.014,0.7"
+    )
+    assert [(row["epoch"], row["val/acc"]) for row in read_history(logs)] == [(0, 0.5), (1, 0.6)]
 
 
 def test_a_folder_on_the_way_swapped_for_a_link_after_the_check_deletes_nothing(tmp_path, monkeypatch):
@@ -140,7 +167,7 @@ def test_an_odd_folder_among_the_shipped_runs_is_skipped(tmp_path, monkeypatch):
     seedx broke available_pretrained; a metadata.json whose config is a list broke `list`. Break:
     seed.isdigit() alone in shipped_runs, int() unchecked in available_pretrained, no type check in
     cli's variant name."""
-    for seed in ("seed0", "seed²", "seedx"):
+    for seed in ("seed0", "seed²", "seedx", "seed00"):  # seed00: a second seed 0 (the re-check)
         (tmp_path / "parity-interpolation" / "variant" / seed).mkdir(parents=True)
         (tmp_path / "parity-interpolation" / "variant" / seed / config.WEIGHTS).write_bytes(b"")
     monkeypatch.setattr(config, "PRETRAINED_DIR", tmp_path)
