@@ -57,7 +57,10 @@ def _generator(checkpoint, state=None) -> None:
         (lambda c: c.update({"pytorch-lightning_version": "2.0.0rc1"}), "Lightning version is '2.0.0rc1'"),
         (lambda c: c.update({"pytorch-lightning_version": "10.0"}), "Lightning version is '10.0'"),
         (lambda c: _group(c).update(lr=torch.tensor(1e-4)), "its learning rate tensor"),
-        (lambda c: _generator(c, torch.zeros_like(torch.Generator().get_state())), "training batches' generator is not"),
+        (
+            lambda c: _generator(c, torch.zeros_like(torch.Generator().get_state())),
+            "training batches' generator is not",
+        ),
     ],
     ids=[
         "maximize",
