@@ -23,7 +23,7 @@ from ..data.base import EvalSet
 from ..methods.base import expected_steps, per_sample_loss
 from ..untrusted import damaged_table, read_json, read_table
 from .config import WEIGHTS, TrainConfig, identity_differences
-from .files import folder_lock, write_csv, write_json
+from .files import folder_lock, remove_inside, write_csv, write_json
 from .processes import command_name
 
 EVAL_FORMAT = "pondernet_tutorial/evaluation-v3"
@@ -393,8 +393,8 @@ def evaluate_run(
             "per_sample": per_sample,
         }
         # evaluation.json, written last, vouches for the tables: gone while they are replaced
-        (run_dir / "evaluation.json").unlink(missing_ok=True)
-        (run_dir / DECISIONS).unlink(missing_ok=True)  # not left from another method's evaluation
+        remove_inside(run_dir / "evaluation.json", config.output_dir, missing_ok=True)
+        remove_inside(run_dir / DECISIONS, config.output_dir, missing_ok=True)  # not another method's
         for name in ("summary", "per_step", "per_class"):
             write_csv(run_dir / f"{name}.csv", tables[name], index=False, float_format="%.6g")
         if decisions:
@@ -578,7 +578,7 @@ def evaluate_halting(
             required=(*REQUIRED_COLUMNS["per_sample"], DIFFICULTY),
         )
         table = halting_table(module, datamodule.evaluation_sets(), per_sample)
-        (run_dir / "halting.json").unlink(missing_ok=True)
+        remove_inside(run_dir / "halting.json", config.output_dir, missing_ok=True)
         write_csv(run_dir / "halting.csv", table, index=False, float_format="%.6g")
         write_json(run_dir / "halting.json", halting_record(record))
         return table

@@ -307,3 +307,54 @@ def check_inside(run_dir: Path, output_dir, what: str = "run folder") -> None:
         raise FileExistsError(
             f"the {what} {run_dir} resolves outside {output_dir}: choose another --output-dir."
         )
+
+
+def remove_inside(path: Path, output_dir, missing_ok: bool = False) -> None:
+    """Remove the folder (``shutil.rmtree``, which never follows a link inside it) or the file ``path``,
+    reached from ``output_dir`` one folder at a time without following a link: a folder on the way, or
+    ``path`` itself, swapped for a link after :func:`check_inside` is refused, not followed out of the
+    output folder. A folder nested too deep for rmtree (it recurses once per level) is one line that
+    says to remove it by hand."""
+    path, base = Path(path), Path(output_dir).expanduser()
+    if path.parent.absolute() != base.absolute():
+        check_inside(path.parent, output_dir)
+    parts = Path(os.path.relpath(path.absolute(), base.absolute())).parts
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    try:
+        if not nofollow or sys.version_info < (3, 11):  # rmtree takes a dir_fd from Python 3.11
+            if path.is_symlink() or not path.is_dir():
+                path.unlink(missing_ok=missing_ok)
+            else:
+                shutil.rmtree(path)
+            return
+        fd = os.open(base, flags)
+        try:
+            for part in parts[:-1]:
+                fd, above = os.open(part, flags | nofollow, dir_fd=fd), fd
+                os.close(above)
+            try:
+                info = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                if missing_ok:
+                    return
+                raise
+            if stat.S_ISLNK(info.st_mode):
+                raise OSError(errno.ELOOP, "a link")
+            if stat.S_ISDIR(info.st_mode):
+                shutil.rmtree(parts[-1], dir_fd=fd)
+            else:
+                os.unlink(parts[-1], dir_fd=fd)
+        finally:
+            os.close(fd)
+    except RecursionError:
+        raise FileExistsError(
+            f"{path} holds folders nested too deep to delete: remove it by hand, or choose another output folder."
+        ) from None
+    except OSError as error:  # ELOOP: a link where a folder was; ENOTDIR: a file
+        if getattr(error, "errno", None) not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        raise FileExistsError(
+            f"{path} or a folder on its way became a link or a file while the run was prepared or trained: "
+            "nothing was deleted; check what changed the output folder, or choose another --output-dir."
+        ) from None

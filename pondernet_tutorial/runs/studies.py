@@ -37,7 +37,7 @@ from .config import (
     check_not_shipped,
     identity_differences,
 )
-from .files import check_inside, folder_lock, write_csv, write_json
+from .files import check_inside, folder_lock, remove_inside, write_csv, write_json
 from .options import method_option_names
 from .processes import Interrupted, check_jobs, command_name, is_rank_zero, stop_on_signals
 
@@ -574,8 +574,6 @@ def prune_for_shipping(studies, root: Path, plan: dict[str, list[TrainConfig]] |
     most generous of them ships. ``plan``: each study's runs as :func:`reproduce` planned them (default:
     the study's own, in ``root``).
     """
-    from .training import remove_inside
-
     level = {}
     for study in studies:
         configs = plan[study.name] if plan else study.configs(output_dir=str(root))

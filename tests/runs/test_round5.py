@@ -28,8 +28,8 @@ from pondernet_tutorial.fitting import fit
 from pondernet_tutorial.runs import cli
 from pondernet_tutorial.runs.checkpoints import load_model
 from pondernet_tutorial.runs.config import identity_differences
+from pondernet_tutorial.runs.files import remove_inside
 from pondernet_tutorial.runs.resume import _check_unfinished_folder, read_history
-from pondernet_tutorial.runs.training import remove_inside
 from pondernet_tutorial.untrusted import CheckpointError, DamagedFileError, read_json, read_table
 
 

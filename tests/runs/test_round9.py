@@ -15,7 +15,7 @@ from test_round4 import QUIET, data
 
 from pondernet_tutorial.fitting import fit
 from pondernet_tutorial.lightning_module import PonderLitModule
-from pondernet_tutorial.runs import checkpoints, cli, config, studies, training
+from pondernet_tutorial.runs import checkpoints, cli, config, evaluation, files, studies, training
 from pondernet_tutorial.runs.resume import read_history
 from pondernet_tutorial.untrusted import MAX_COLUMNS, CheckpointError, DamagedFileError, read_table
 
@@ -149,12 +149,12 @@ def test_a_folder_on_the_way_swapped_for_a_link_after_the_check_deletes_nothing(
     (victim / "seed0" / "precious.txt").write_text("a user's file")
     (out / "experiment").mkdir(parents=True)
     (out / "experiment" / "variant").symlink_to(victim, target_is_directory=True)
-    monkeypatch.setattr(training, "check_inside", lambda *args, **kwargs: None)
+    monkeypatch.setattr(files, "check_inside", lambda *args, **kwargs: None)
     with pytest.raises(FileExistsError, match="became a link or a file .*: nothing was deleted"):
-        training.remove_inside(out / "experiment" / "variant" / "seed0", out)
+        files.remove_inside(out / "experiment" / "variant" / "seed0", out)
     assert (victim / "seed0" / "precious.txt").read_text() == "a user's file"
     (out / "experiment" / "other" / "seed0").mkdir(parents=True)  # a plain folder: removed
-    training.remove_inside(out / "experiment" / "other" / "seed0", out)
+    files.remove_inside(out / "experiment" / "other" / "seed0", out)
     assert not (out / "experiment" / "other" / "seed0").exists()
 
 
@@ -214,3 +214,25 @@ def test_an_output_folder_given_with_a_tilde_is_the_one_checked(tmp_path, monkey
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     run = test_faults.tiny("~/o", epochs=1)
     assert run.run_dir.is_relative_to(tmp_path / "home" / "o")
+
+
+def test_an_evaluation_through_a_folder_swapped_for_a_link_deletes_nothing_outside(tmp_path, monkeypatch):
+    """evaluate_run removed evaluation.json and the decisions table by path before writing the new
+    ones: a folder on the way swapped for a link while the model was evaluated had it delete them in a
+    folder outside. Break: (run_dir / "evaluation.json").unlink(missing_ok=True) in evaluate_run."""
+    run = test_faults.tiny(tmp_path / "out", epochs=1)
+    training.train(run)
+    victim = tmp_path / "victim" / run.run_dir.name
+    victim.mkdir(parents=True)
+    (victim / "evaluation.json").write_text("a user's file")
+    real = evaluation.summarize
+
+    def swap_then_summarize(*args, **kwargs):  # what another process may do while the model is evaluated
+        os.rename(run.run_dir.parent, tmp_path / "moved")
+        run.run_dir.parent.symlink_to(victim.parent, target_is_directory=True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "summarize", swap_then_summarize)
+    with pytest.raises(FileExistsError, match="symbolic link or lies outside"):
+        evaluation.evaluate_run(run, limit=8, overwrite=True)
+    assert (victim / "evaluation.json").read_text() == "a user's file"
