@@ -119,19 +119,38 @@ def config_styles(families: dict[str, str], shift: float = 0.0) -> dict[str, dic
             that lines with equal values lie side by side instead of on top of each other.
     """
     configs = list(families)
-    styles = {}
-    for i, config in enumerate(configs):
-        family = families[config]
+    for family in set(families.values()):
         if family not in METHOD_COLORS:
             raise ValueError(f"unknown method family {family!r}: use one of {', '.join(METHOD_COLORS)}.")
-        rank = [c for c in configs if families[c] == family].index(config)
-        styles[config] = {
-            "color": METHOD_COLORS[family],
-            "marker": MARKERS[rank % len(MARKERS)],
-            "linestyle": LINESTYLES[rank % len(LINESTYLES)],
+    ranks = {c: prior_rank(c) for c in configs}  # a plain PonderNet's prior: its own rank in every figure
+    for config in configs:  # the others: the first rank their family leaves free, in drawing order
+        if ranks[config] is None:
+            taken = {ranks[c] for c in configs if families[c] == families[config]}
+            ranks[config] = next(r for r in range(len(configs) + len(PRIOR_RANKS)) if r not in taken)
+    return {
+        config: {
+            "color": METHOD_COLORS[families[config]],
+            "marker": MARKERS[ranks[config] % len(MARKERS)],
+            "linestyle": LINESTYLES[ranks[config] % len(LINESTYLES)],
             "offset": shift * (i - (len(configs) - 1) / 2),
         }
-    return styles
+        for i, config in enumerate(configs)
+    }
+
+
+# the priors of the book's PonderNet runs, in order: "PonderNet λ_p=0.5" has one marker and line in every
+# figure (a reader follows a prior from figure to figure)
+PRIOR_RANKS = (0.2, 0.5, 0.1, 0.8, 0.05, 0.9)
+
+
+def prior_rank(config: str) -> int | None:
+    """The style rank of a plain PonderNet configuration, named ``PonderNet λ_p=<value>``, by its prior;
+    None for any other name."""
+    import re
+
+    match = re.fullmatch(r"PonderNet λ_p=([0-9.]+)", config)
+    value = float(match[1]) if match else None
+    return PRIOR_RANKS.index(value) if value in PRIOR_RANKS else None
 
 
 def plot_band(

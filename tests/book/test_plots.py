@@ -60,6 +60,25 @@ def test_a_method_has_one_colour_and_its_configurations_differ_by_marker_and_pla
         config_styles({"x": "lstm"})
 
 
+def test_a_prior_keeps_its_marker_and_line_in_every_figure():
+    """λ_p = 0.2 was dotted with diamonds in one pointer figure and dashed with squares in the next: the
+    style followed the drawing order (a new reader's review). Break: rank by drawing order only."""
+    from pondernet_tutorial.analysis.plots import config_styles
+
+    one = config_styles({"PonderNet λ_p=0.5": "pondernet", "PonderNet λ_p=0.2": "pondernet", "ACT": "act"})
+    two = config_styles(
+        {
+            "PonderNet λ_p=0.2": "pondernet",
+            "PonderNet uniform prior": "pondernet",
+            "PonderNet λ_p=0.5": "pondernet",
+        }
+    )
+    for name in ("PonderNet λ_p=0.5", "PonderNet λ_p=0.2"):
+        assert (one[name]["marker"], one[name]["linestyle"]) == (two[name]["marker"], two[name]["linestyle"])
+    priors = {two[name]["marker"] for name in ("PonderNet λ_p=0.5", "PonderNet λ_p=0.2")}
+    assert two["PonderNet uniform prior"]["marker"] not in priors  # another PonderNet takes a free style
+
+
 def test_the_rotation_figure_colours_by_method_and_keeps_equal_lines_apart():
     import pandas as pd
     from matplotlib.colors import to_rgb
