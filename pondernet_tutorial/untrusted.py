@@ -158,8 +158,8 @@ class _Capped:
     becomes an index of one level per extra field). A row is what pandas reads as one
     (:func:`_rows`): a newline or a comma inside a quoted field does not end it."""
 
-    def __init__(self, raw, cap: int, path):
-        self.raw, self.cap, self.path, self.buffer = raw, cap, path, None
+    def __init__(self, raw, cap: int, path, whole_lines: bool = False):
+        self.raw, self.cap, self.path, self.whole_lines, self.buffer = raw, cap, path, whole_lines, None
 
     def _load(self):
         if self.buffer is None:
@@ -172,12 +172,13 @@ class _Capped:
                         errno.EFBIG, f"{self.path} holds more than {self.cap:,} bytes of table"
                     )
             data = b"".join(chunks)
+            if self.whole_lines:  # a table still being appended to: its last line may be cut short
+                data = data[: data.rfind(b"\n") + 1]
             if b"\0" in data:
                 raise damaged_table(self.path, "it holds NUL bytes, not text")
             header, widest = _rows(data, self.path)
-            if (
-                header >= MAX_COLUMNS or (data.find(b"\n") % (len(data) + 1)) >= 256 * MAX_COLUMNS
-            ):  # (-1: one line)
+            first_line = data.find(b"\n")
+            if header >= MAX_COLUMNS or (len(data) if first_line < 0 else first_line) >= 256 * MAX_COLUMNS:
                 raise damaged_table(self.path, f"its header is longer than {MAX_COLUMNS:,} columns")
             if widest >= MAX_COLUMNS:
                 raise damaged_table(self.path, f"a row of it is longer than {MAX_COLUMNS:,} columns")
@@ -209,9 +210,9 @@ def _rows(data: bytes, path) -> tuple[int, int]:
         (start, np.frombuffer(data, np.uint8, min(chunk, len(data) - start), start))
         for start in range(0, len(data), chunk)
     ]
-    quotes = [q for start, codes in pieces for q in (np.flatnonzero(codes == ord('"')) + start).tolist()]
-    if len(quotes) > MAX_QUOTES:
+    if sum(int(np.count_nonzero(codes == ord('"'))) for _, codes in pieces) > MAX_QUOTES:  # before the list
         raise damaged_table(path, f"it holds more than {MAX_QUOTES:,} quotes")
+    quotes = [q for start, codes in pieces for q in (np.flatnonzero(codes == ord('"')) + start).tolist()]
     spans, opened, i = [], None, 0  # the quoted fields: [first byte, last byte + 1)
     while i < len(quotes):
         q = quotes[i]
@@ -254,13 +255,15 @@ def read_table(
     numeric: tuple[str, ...] = (),
     follow_links: bool = True,
     required: tuple[str, ...] = (),
+    whole_lines: bool = False,
     **read_csv_options,
 ):
     """A CSV table (gzip-compressed when ``path`` ends with ``.gz``) as a pandas ``DataFrame``, read only
     if it is a regular file of at most ``cap`` bytes, compressed and uncompressed, of text (no NUL byte)
     with at least one column; ``numeric``: the columns that must hold numbers where the table has them;
     ``required``: the columns it must have; ``follow_links=False``: a table in a results folder, which
-    a link must not lead out of.
+    a link must not lead out of; ``whole_lines``: only the lines that end in a newline, of a table that
+    may still be being appended to (no whole line: an empty table).
 
     Raises:
         FileNotFoundError: no such file.
@@ -275,9 +278,13 @@ def read_table(
     with open_regular(path, cap, follow_links) as file:
         raw = gzip.GzipFile(fileobj=file, mode="rb") if path.suffix == ".gz" else file
         try:
-            table = pd.read_csv(_Capped(raw, cap, path), **read_csv_options)
+            table = pd.read_csv(_Capped(raw, cap, path, whole_lines), **read_csv_options)
         except DamagedFileError:
             raise
+        except pd.errors.EmptyDataError as error:  # no line at all (whole_lines: none finished)
+            if not whole_lines:
+                raise damaged_table(path, " ".join(str(error).split())[:200]) from None
+            table = pd.DataFrame()
         except OSError as error:
             if error.errno is not None:
                 raise  # the system's error (an I/O error): says nothing of the table

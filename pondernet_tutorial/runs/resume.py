@@ -28,7 +28,7 @@ from ..checkpointing import (
     holds_adam_state,
     read_checkpoint_file,
 )
-from ..untrusted import MAX_TABLE_BYTES, CheckpointError, open_regular, read_json, read_table
+from ..untrusted import MAX_TABLE_BYTES, CheckpointError, read_json, read_table
 from .checkpoints import read_header
 from .config import WEIGHTS, check_same_identity, identity_differences
 from .files import atomic_file, plain
@@ -170,13 +170,9 @@ def read_history(logs: Path) -> list[dict]:
     for path in sittings:
         # the rows the logger finished: a disk that filled, or a kill, while it appended leaves a last
         # row cut short (no newline), or an empty file; neither is a damaged history
-        with open_regular(path, MAX_TABLE_BYTES, follow_links=False) as file:
-            whole_rows = sum(chunk.count(b"\n") for chunk in iter(lambda: file.read(2**20), b"")) - 1
-        if whole_rows < 0:
+        table = read_table(path, follow_links=False, float_precision="round_trip", whole_lines=True)
+        if table.columns.empty:
             continue
-        table = read_table(  # every line a row, blank ones too (dropped below): nrows counts lines
-            path, follow_links=False, float_precision="round_trip", nrows=whole_rows, skip_blank_lines=False
-        )
         metrics = sorted(c for c in table.columns if str(c).startswith(("train/", "val/")))
         columns = [c for c in ("epoch", *CLOCK) if c in table] + metrics
         epochs = table.get("epoch", pd.Series(dtype=float)).dropna()

@@ -123,7 +123,7 @@ def test_a_row_split_by_quoted_newlines_is_bounded_as_one_row(tmp_path):
 def test_a_row_the_logger_did_not_finish_is_not_read(tmp_path):
     """A full disk, or a kill, while Lightning's csv logger appended left an empty metrics.csv or a
     last row cut short ("7.5e"): the history was refused, and the next train() deleted the unfinished
-    run whose last.ckpt was whole. Break: read_history reading every line of every sitting."""
+    run whose last.ckpt was whole. Break: read_table(whole_lines=True) keeping the line cut short."""
     logs = tmp_path / "logs"
     (logs / "version_0").mkdir(parents=True)
     (logs / "version_1").mkdir()
@@ -236,3 +236,18 @@ def test_an_evaluation_through_a_folder_swapped_for_a_link_deletes_nothing_outsi
     with pytest.raises(FileExistsError, match="symbolic link or lies outside"):
         evaluation.evaluate_run(run, limit=8, overwrite=True)
     assert (victim / "evaluation.json").read_text() == "a user's file"
+
+
+def test_a_table_of_more_quotes_than_the_bound_is_refused_before_they_are_listed(tmp_path, monkeypatch):
+    """The quotes are walked one by one in Python: their count is bounded before the list of their
+    places is built (a 64 MiB table of quotes listed first would take gigabytes). Break: drop the
+    bound in untrusted._rows."""
+    from pondernet_tutorial import untrusted
+
+    monkeypatch.setattr(untrusted, "MAX_QUOTES", 10)
+    path = tmp_path / "table.csv"
+    path.write_text("a,b\n" + '"x",1\n' * 6)  # 12 quotes
+    with pytest.raises(DamagedFileError, match="more than 10 quotes"):
+        read_table(path)
+    path.write_text("a,b\n" + '"x",1\n' * 5)  # 10 quotes: read
+    assert len(read_table(path)) == 5
