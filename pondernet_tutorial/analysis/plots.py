@@ -11,6 +11,8 @@ tenths of a step looks like one.
 
 from __future__ import annotations
 
+import re
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -30,7 +32,7 @@ def use_book_style() -> None:
     """The notebooks' figure style: seaborn's grid, fonts sized for the column, SVG output inline, and the
     colour cycle of :data:`METHOD_COLORS` (a line drawn in the default first colour is PonderNet's blue);
     and tables whose cells are shown whole (pandas cuts a cell at 50 characters by default)."""
-    sns.set_theme(context="notebook", style="whitegrid", font_scale=0.85, palette="colorblind")
+    sns.set_theme(context="notebook", style="whitegrid", font_scale=0.85, palette=_COLORBLIND)
     pd.set_option("display.max_colwidth", None)
     plt.rcParams.update(
         {
@@ -146,8 +148,6 @@ PRIOR_RANKS = (0.2, 0.5, 0.1, 0.8, 0.05, 0.9)
 def prior_rank(config: str) -> int | None:
     """The style rank of a plain PonderNet configuration, named ``PonderNet λ_p=<value>``, by its prior;
     None for any other name."""
-    import re
-
     match = re.fullmatch(r"PonderNet λ_p=([0-9.]+)", config)
     value = float(match[1]) if match else None
     return PRIOR_RANKS.index(value) if value in PRIOR_RANKS else None
