@@ -28,7 +28,7 @@ from ..checkpointing import (
     holds_adam_state,
     read_checkpoint_file,
 )
-from ..untrusted import MAX_TABLE_BYTES, CheckpointError, read_json, read_table
+from ..untrusted import MAX_TABLE_BYTES, CheckpointError, DamagedFileError, read_json, read_table
 from .checkpoints import read_header
 from .config import WEIGHTS, check_same_identity, identity_differences
 from .files import atomic_file, plain
@@ -133,6 +133,18 @@ CHECKPOINT_NAME = re.compile(r"(best|last)(-v\d+)?\.ckpt")
 # one of them being written whole (files.atomic_file) when its process was killed: removed by the next write
 CHECKPOINT_TEMP = re.compile(r"\.(best|last)(-v\d+)?\.ckpt\.\d+-[0-9a-f]+\.tmp")
 MAX_ENTRIES = 10_000  # files in an unfinished run's folder: a few checkpoints and log files
+
+
+class DamagedHistoryError(CheckpointError):
+    """An unfinished run's history logs cannot be read, or lack epochs that its ``last.ckpt`` trained:
+    the checkpoint may be whole, so the run is kept (never trained again over it), in one line that
+    says what to do."""
+
+    def __init__(self, run_dir: Path, reason: str):
+        super().__init__(
+            f"the unfinished run in {run_dir} is kept: {reason}. Mend its logs from a copy, or remove "
+            "the run's folder to train it again."
+        )
 
 
 CLOCK = ("epoch_time_s", "train_time_s", "lr")  # EpochClock's columns, after the epoch and before the metrics
@@ -291,15 +303,20 @@ def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -
             differences = "; ".join(identity_differences(dict(saved or {}), dict(expected)))
             raise CheckpointError(f"its {what} hyperparameters are not this configuration's: {differences}")
     epochs = checkpoint.get("epoch")
-    history = read_history(run_dir / "logs")
-    if (  # the bound first: a forged epoch of 10^9 must not build a list of 10^9 numbers
-        not isinstance(epochs, int)
-        or not 0 <= epochs < len(history)
-        or [row["epoch"] for row in history[: epochs + 1]] != list(range(epochs + 1))
-    ):
-        raise CheckpointError(f"its history does not hold epochs 0 to {epochs}, which its last.ckpt trained")
+    if not isinstance(epochs, int) or epochs < 0:
+        raise CheckpointError(f"its epoch is {epochs!r}, not a count")
+    # a history that cannot be read, or that lacks epochs, says nothing of the checkpoint: kept
+    try:
+        history = read_history(run_dir / "logs")
+    except (CheckpointError, DamagedFileError) as error:
+        raise DamagedHistoryError(run_dir, str(error)) from None
+    # the bound first: a forged epoch of 10^9 must not build a list of 10^9 numbers
+    if epochs >= len(history) or [row["epoch"] for row in history[: epochs + 1]] != list(range(epochs + 1)):
+        raise DamagedHistoryError(
+            run_dir, f"its history does not hold epochs 0 to {epochs}, which its last.ckpt trained"
+        )
     if any(row.keys() != history[0].keys() for row in history[: epochs + 1]):
-        raise CheckpointError("its history lacks values of the epochs of its last.ckpt")
+        raise DamagedHistoryError(run_dir, "its history lacks values of the epochs of its last.ckpt")
     parameters = [tuple(p.shape) for p in module.parameters()]
     optimizers = checkpoint.get("optimizer_states")
     if not isinstance(optimizers, list) or len(optimizers) != 1:  # the module's one Adam

@@ -61,6 +61,7 @@ from .resume import (
     BEST,
     LAST,
     RESUME_FILE,
+    DamagedHistoryError,
     RunCheckpointIO,
     cannot_continue,
     completed_run,
@@ -293,6 +294,8 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
                 # out of memory, an I/O error: the run is kept, not retrained
                 if says_nothing_of_files(error):
                     kept_unfinished(run_dir, error)
+                    raise
+                if isinstance(error, DamagedHistoryError):  # its logs, not its checkpoint: kept, one line
                     raise
                 cannot_continue(run_dir, f"Lightning could not restore it: {error}")
                 resume = False

@@ -22,7 +22,7 @@ from pondernet_tutorial.runs import cli
 from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model, load_pretrained
 from pondernet_tutorial.runs.config import WEIGHTS, TrainConfig
 from pondernet_tutorial.runs.processes import Interrupted
-from pondernet_tutorial.runs.resume import RESUME_FILE
+from pondernet_tutorial.runs.resume import RESUME_FILE, DamagedHistoryError
 from pondernet_tutorial.runs.training import train
 
 
@@ -241,8 +241,6 @@ def history_lost(last: Path):
         (other_shape, "is not a checkpoint of this model"),  # 13, before Lightning's restore (check_fits)
         (dev_zero, "last.ckpt is a symbolic link"),  # 14
         (garbage_generator, "training batches' generator is not"),  # 15, before Lightning's restore
-        (history_not_numbers, "history version_0/metrics.csv is not a table of numbers"),  # 16
-        (history_lost, "history does not hold epochs 0 to 1"),
     ],
     ids=lambda v: getattr(v, "__name__", "reason"),
 )
@@ -251,7 +249,7 @@ def test_9_11_16_a_last_checkpoint_that_is_not_this_runs_is_one_line_and_trained
 ):
     config = stopped_run(tmp_path, monkeypatch)
     last = config.run_dir / "checkpoints" / "last.ckpt"
-    if damage in (truncate, pickle_gadget, dev_zero, history_not_numbers, history_lost):
+    if damage in (truncate, pickle_gadget, dev_zero):
         damage(last)
     else:
         edit_last(config, damage)
@@ -259,6 +257,56 @@ def test_9_11_16_a_last_checkpoint_that_is_not_this_runs_is_one_line_and_trained
         resumes_again(config, capsys, reason)
     assert not Path("should-never-exist").exists()
     train(config, overwrite=True)  # and the run after it works as any other
+
+
+def history_cut_in_the_middle(last: Path):
+    metrics = last.parent.parent / "logs" / "version_0" / "metrics.csv"
+    text = metrics.read_text()
+    metrics.write_text(text[: len(text) // 2] + text[-40:])  # a block lost in the middle of the file
+
+
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        (history_not_numbers, "its history version_0/metrics.csv is not a table of numbers by epoch"),  # 16
+        (history_cut_in_the_middle, "lacks values of the epochs of its last.ckpt"),
+        (history_lost, "its history does not hold epochs 0 to 1, which its last.ckpt trained"),
+    ],
+    ids=lambda v: getattr(v, "__name__", "reason"),
+)
+def test_16_a_damaged_history_keeps_the_run_in_one_line_and_it_continues_once_mended(
+    tmp_path, monkeypatch, capsys, damage, reason
+):
+    """The history logs say nothing of the last.ckpt, which may be whole: the run is kept as it is
+    (nothing written or deleted), the error says what to do, and the command line exits with 2. Once
+    the logs are mended from a copy, the run continues from its last epoch."""
+    config = stopped_run(tmp_path / "runs", monkeypatch)
+    logs = config.run_dir / "logs"
+    shutil.copytree(logs, tmp_path / "copy")
+    damage(config.run_dir / "checkpoints" / "last.ckpt")
+    before = {p: p.read_bytes() for p in config.run_dir.rglob("*") if p.is_file()}
+    with pytest.raises(DamagedHistoryError) as refused:
+        train(config, overwrite=True)
+    assert str(refused.value) == (
+        f"the unfinished run in {config.run_dir} is kept: {str(refused.value).split(' is kept: ')[1]}"
+    )
+    assert reason in str(refused.value) and str(refused.value).endswith(
+        "remove the run's folder to train it again."
+    )
+    assert "\n" not in str(refused.value)
+    assert {p: p.read_bytes() for p in config.run_dir.rglob("*") if p.is_file()} == before
+    capsys.readouterr()  # the command line: the same run, one line, status 2, nothing changed
+    argv = ["train", *map(str, test_faults.TINY_ARGS), "--epochs", str(EPOCHS)]
+    assert cli.main([*argv, "--output-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{config.run_dir} is kept: " in err and "Traceback" not in err, err
+    assert {p: p.read_bytes() for p in config.run_dir.rglob("*") if p.is_file()} == before
+    shutil.rmtree(logs)
+    shutil.copytree(tmp_path / "copy", logs)
+    started = []
+    stop_at_epoch(monkeypatch, -1, started)
+    _, metadata = train(config)
+    assert started == [2, 3] and metadata["resumed"] and metadata["epochs_run"] == EPOCHS
 
 
 def test_a_restore_that_fails_inside_lightning_is_one_line_and_trained_again(tmp_path, monkeypatch, capsys):
