@@ -72,7 +72,7 @@ def explore_figure(lambdas=DEFAULT_LAMBDAS, lambda_p: float = DEFAULT_LAMBDA_P, 
     Legends sit above their panels, outside the data."""
     import matplotlib.pyplot as plt
 
-    from .plots import COLUMN_WIDTH
+    from .plots import COLUMN_WIDTH, HALTING_COLORS, shades
 
     t = halting_terms(lambdas, lambda_p, beta)
     n = torch.arange(1, len(t["p"]) + 1).numpy()
@@ -86,10 +86,12 @@ def explore_figure(lambdas=DEFAULT_LAMBDAS, lambda_p: float = DEFAULT_LAMBDA_P, 
         n - width / 2,
         t["lambda"].numpy(),
         width,
-        color="#9ecae1",
+        color=HALTING_COLORS["lambda"],
         label=r"$\lambda_n$ (halt now, if still running)",
     )
-    ax.bar(n + width / 2, t["p"].numpy(), width, color="#fd8d3c", label=r"$p_n = \lambda_n S_{n-1}$")
+    ax.bar(
+        n + width / 2, t["p"].numpy(), width, color=HALTING_COLORS["p"], label=r"$p_n = \lambda_n S_{n-1}$"
+    )
     ax.plot(n, t["survival"].numpy(), "k.--", lw=1, label=r"$S_{n-1}$ (still running)")
     ax.set_ylim(0, 1.05)
     ax.set_xticks(n)
@@ -108,7 +110,7 @@ def explore_figure(lambdas=DEFAULT_LAMBDAS, lambda_p: float = DEFAULT_LAMBDA_P, 
 
     ax = axes[1]
     p_label = rf"$p_n$: $E[n]={t['expected_steps']:.2f}$, KL$(p\,\|\,p_G)={t['kl']:.3f}$"
-    ax.bar(n, t["p"].numpy(), 0.6, color="#fd8d3c", label=p_label)
+    ax.bar(n, t["p"].numpy(), 0.6, color=HALTING_COLORS["p"], label=p_label)
     prior_label = (
         rf"prior $p_G(n)$, $\lambda_p={lambda_p:g}$ (untruncated mean $1/\lambda_p={1 / lambda_p:.3g}$)"
     )
@@ -127,8 +129,7 @@ def explore_figure(lambdas=DEFAULT_LAMBDAS, lambda_p: float = DEFAULT_LAMBDA_P, 
         r"$\beta$ KL",
     ]
     values = [t["cost"], t["bonus"], t["constant"], t["beta_kl"]]
-    colors = ["#d62728", "#2ca02c", "#7f7f7f", "#1f77b4"]
-    ax.barh(names, values, color=colors)
+    ax.barh(names, values, color=shades(len(names)))  # all parts of PonderNet's loss: its colour, in shades
     ax.axvline(0, color="black", lw=0.8)
     ax.invert_yaxis()
     ax.set_xlabel(
@@ -187,6 +188,8 @@ def idea_figure(inputs=None):
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyBboxPatch
 
+    from .plots import HALTING_COLORS
+
     inputs = inputs or IDEA_INPUTS
     n_steps = len(next(iter(inputs.values()))) + 1
     fig = plt.figure(figsize=(7.0, 4.4))
@@ -208,7 +211,7 @@ def idea_figure(inputs=None):
             "", xy=(i - 0.34, 0.3), xytext=(i - 0.66 if i else -0.62, 0.3), arrowprops={"arrowstyle": "->"}
         )
         ax.text(i, 0.85, f"step {i + 1}", fontsize=9, ha="center", va="center")
-        ax.annotate("", xy=(i, -0.55), xytext=(i, 0.0), arrowprops={"arrowstyle": "->", "color": "#d94801"})
+        ax.annotate("", xy=(i, -0.55), xytext=(i, 0.0), arrowprops={"arrowstyle": "->"})
         ax.text(
             i + 0.06,
             -0.27,
@@ -216,7 +219,6 @@ def idea_figure(inputs=None):
             fontsize=8.5,
             ha="left",
             va="center",
-            color="#d94801",
         )
         ax.text(i, -0.8, rf"answer $\hat y_{i + 1}$", fontsize=9, ha="center", va="center")
     ax.text(
@@ -233,7 +235,7 @@ def idea_figure(inputs=None):
         t = halting_terms(lambdas)
         ax = fig.add_subplot(grid[1, j])
         n = torch.arange(1, n_steps + 1).numpy()
-        ax.bar(n, t["p"].numpy(), color="#fd8d3c")
+        ax.bar(n, t["p"].numpy(), color=HALTING_COLORS["p"])
         ax.set_title(f"{name}: $E[n] = {t['expected_steps']:.1f}$", fontsize=10)
         ax.set_xticks(n)
         ax.set_ylim(0, 1)

@@ -108,6 +108,8 @@ METHOD_COLORS = {
     "fixed": (0.55, 0.55, 0.55),  # grey
     "one step": (0.0, 0.0, 0.0),  # black
 }
+# one PonderNet network's halting, drawn as bars in the model chapters: p_n in PonderNet's colour, λ_n grey
+HALTING_COLORS = {"p": METHOD_COLORS["pondernet"], "lambda": (0.7, 0.7, 0.7)}
 MARKERS = "osD^vP*X"
 LINESTYLES = ("-", "--", ":", "-.")
 

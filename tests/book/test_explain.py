@@ -135,3 +135,25 @@ def test_count_macs_of_a_grouped_convolution():
 def test_halting_terms_refuses_what_is_no_halting_probability(lambdas):
     with pytest.raises(ValueError):
         explain.halting_terms(lambdas)
+
+
+def test_one_networks_halting_is_drawn_in_pondernets_colour_and_no_other_methods():
+    """The landing page's picture and the explorer draw p_n in PonderNet's colour; no patch, line or text
+    of theirs takes the colour of ACT, TRM or HRM (one colour per method in every figure)."""
+    from matplotlib.colors import to_rgb
+
+    from pondernet_tutorial.analysis.plots import METHOD_COLORS
+
+    others = {tuple(round(c, 3) for c in to_rgb(METHOD_COLORS[m])) for m in ("act", "trm", "hrm", "control")}
+    ponder = tuple(round(c, 3) for c in to_rgb(METHOD_COLORS["pondernet"]))
+    for fig in (explain.idea_figure(), explore_figure()):
+        colours = []
+        for ax in fig.axes:
+            colours += [p.get_facecolor() for p in ax.patches] + [line.get_color() for line in ax.lines]
+            colours += [t.get_color() for t in ax.texts]
+            colours += [
+                a.arrow_patch.get_edgecolor() for a in ax.texts if hasattr(a, "arrow_patch") and a.arrow_patch
+            ]
+        drawn = {tuple(round(c, 3) for c in to_rgb(colour)) for colour in colours}
+        assert ponder in drawn and not drawn & others, drawn & others
+        plt.close(fig)
