@@ -155,7 +155,7 @@ def diagnose(
         print(f"mass at N: {result.mass_at_n:.3f}")
         if accuracy is not None:
             print(
-                f"accuracy: {100 * accuracy:.1f}% (learned from {100 * mark:.0f}%: chance + {100 * rules.learned:.0f} points)"
+                f"accuracy: {100 * accuracy:.1f}% (learned at {100 * mark:.0f}% or more: chance + {100 * rules.learned:.0f} points)"
             )
         if rho is not None:
             print(f"Spearman rho against your difficulty: {rho:.2f}")

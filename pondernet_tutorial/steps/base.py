@@ -3,7 +3,7 @@
 A *step function* maps the input and a hidden state to a prediction, a halting logit and the next
 state,
 
-    (x, h_n) -> (ŷ_n, z_n, h_{n+1}),        λ_n = sigmoid(z_n)  (PonderNet),  h_n = sigmoid(z_n)  (ACT).
+    (x, h_n) -> (ŷ_n, z_n, h_{n+1}),        λ_n = sigmoid(z_n)  (PonderNet),  η_n = sigmoid(z_n)  (ACT).
 
 The input does not change between steps, so a step function may split off an :meth:`encode` that runs
 once per forward pass (for MNIST: the CNN); its result, the *context*, is what each step sees. The

@@ -140,7 +140,7 @@ def test_no_verdict_on_halting_for_a_model_that_has_not_learned_the_task(capsys)
     assert (d.accuracy, d.verdict) == (1.0, "follows difficulty")
     d = diagnose(Answering(p, right), None, difficulty=difficulty, targets=half)
     assert d.accuracy == 0.5 and d.verdict == "no verdict, the task is not learned"
-    assert "accuracy: 50.0% (learned from 60%: chance + 10 points)" in capsys.readouterr().out
+    assert "accuracy: 50.0% (learned at 60% or more: chance + 10 points)" in capsys.readouterr().out
     few = diagnose(
         Answering(p[:, :4], right[:4]), None, difficulty=difficulty[:4], targets=half[:4], show=False
     )
