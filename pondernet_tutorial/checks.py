@@ -63,3 +63,25 @@ def check_batch(batch, model) -> None:
     weight = next(model.parameters(), None)
     if isinstance(x, Tensor) and x.dtype == torch.float64 and weight is not None and weight.dtype != x.dtype:
         raise ValueError(f"the inputs are float64 and the model's weights {weight.dtype}: use x.float().")
+
+
+def check_step_returns(model, x) -> None:
+    """One step of ``model``'s step function on two inputs, in eval mode (no batch statistics move, no
+    dropout draws), must return three values ``(ŷ_n, z_n, h_next)``: a step that returns two, or
+    ``None``, would fail in the unroll's unpacking in Python's words."""
+    step_function = getattr(model, "step_function", None)
+    if step_function is None or not isinstance(x, Tensor):
+        return
+    training = step_function.training
+    try:
+        with torch.no_grad():
+            context = step_function.eval().encode(x[:2])
+            out = step_function.step(context, step_function.initial_state(context))
+    finally:
+        step_function.train(training)
+    if not isinstance(out, (tuple, list)) or len(out) != 3:
+        what = f"{len(out)} values" if isinstance(out, (tuple, list)) else type(out).__name__
+        raise ValueError(
+            f"{type(step_function).__name__}.step must return three values, (ŷ_n, z_n, h_next): the "
+            f"prediction, the halting logit and the next state; it returned {what}."
+        )

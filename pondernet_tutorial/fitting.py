@@ -19,7 +19,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping
 
 from .checkpointing import CheckedCheckpointIO, FolderCheckpoint, checkpoint_bound
-from .checks import check_batch, validates
+from .checks import check_batch, check_step_returns, validates
 from .fast_path import fast_module
 from .lightning_module import PonderLitModule
 from .threads import training_threads
@@ -67,14 +67,20 @@ class StayStopped(Callback):
 
 
 class CheckBatches(Callback):
-    """Refuse a batch that is not ``(inputs, targets)`` of class indices, in one line, before the step
-    that would fail deep inside (:func:`~pondernet_tutorial.checks.check_batch`)."""
+    """Refuse a batch that is not ``(inputs, targets)`` of class indices, and (once) a step function
+    that does not return three values, in one line, before the step that would fail deep inside
+    (:mod:`~pondernet_tutorial.checks`)."""
+
+    step_checked = False
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         check_batch(batch, pl_module.model)
+        if not self.step_checked:
+            check_step_returns(pl_module.model, batch[0])
+            self.step_checked = True
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
-        check_batch(batch, pl_module.model)
+        self.on_train_batch_start(trainer, pl_module, batch, batch_idx)
 
     on_test_batch_start = on_validation_batch_start
 

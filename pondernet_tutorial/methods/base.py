@@ -83,7 +83,9 @@ class HaltingMethod(nn.Module):
             raise TypeError(f"step_function must be a StepFunction, got {type(step_function).__name__}.")
         self.step_function = step_function
         self.max_steps = check_max_steps(max_steps)
-        self.eval_steps = self.max_steps if eval_max_steps is None else check_max_steps(eval_max_steps)
+        self.eval_steps = (
+            self.max_steps if eval_max_steps is None else check_max_steps(eval_max_steps, "eval_max_steps")
+        )
         if self.eval_steps < self.max_steps:  # validation's loss reads the first max_steps steps
             raise ValueError(f"eval_max_steps ({eval_max_steps}) must be >= max_steps ({max_steps}).")
         self.loss_fn = loss_fn or per_sample_cross_entropy

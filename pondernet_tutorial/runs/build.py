@@ -116,13 +116,19 @@ def check_model(config: TrainConfig) -> None:
     count_weights(lambda: make_module(config))
 
 
+class GraphUnavailableError(ValueError):
+    """``--cuda-graph`` asked for on a machine or with settings that cannot replay a CUDA graph."""
+
+
 def use_cuda_graph(config: TrainConfig, trainer: L.Trainer) -> bool:
     """Whether training replays each step from one CUDA graph: ``config.cuda_graph``, or by default
     wherever it can (:func:`~pondernet_tutorial.fast_path.graph_blockers`): every method's training
     step is capturable."""
     reasons = graph_blockers(trainer, config.precision)
     if config.cuda_graph and reasons:
-        raise ValueError(f"--cuda-graph needs {', '.join(reasons)}: drop it or pass --no-cuda-graph.")
+        raise GraphUnavailableError(
+            f"--cuda-graph needs {', '.join(reasons)}: drop it or pass --no-cuda-graph."
+        )
     return not reasons if config.cuda_graph is None else bool(config.cuda_graph)
 
 

@@ -47,7 +47,12 @@ def run_options() -> list[str]:
 
 # The options that reproduce shares with every run it trains (declared with reproduce=True).
 REPRODUCE_OPTIONS = tuple(name for name, option in FIELD_OPTIONS.items() if option.reproduce)
-LIMIT = Option(int, help="evaluate on the first N test samples only", check=at_least(1), optional=True)
+LIMIT = Option(
+    int,
+    help="evaluate on the first N samples of each test set only (on parity and pointer chasing: of each k)",
+    check=at_least(1),
+    optional=True,
+)
 
 
 # What each command can do about running out of memory, in its own options
@@ -352,7 +357,7 @@ def _user_errors():
     from ..data.mnist import MNISTDamagedError, MNISTNotFoundError
     from ..fitting import TrainingDivergedError
     from ..untrusted import DamagedFileError
-    from .build import MissingPackageError, StepDoesNotFitError
+    from .build import GraphUnavailableError, MissingPackageError, StepDoesNotFitError
     from .checkpoints import CheckpointError
     from .config import ConfigMismatchError
 
@@ -367,6 +372,7 @@ def _user_errors():
         MNISTDamagedError,
         MNISTNotFoundError,
         FileExistsError,
+        GraphUnavailableError,
         MissingPackageError,
         MisconfigurationException,
         StepDoesNotFitError,

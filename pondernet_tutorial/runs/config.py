@@ -476,21 +476,35 @@ def _slug(value) -> str:
         return "_".join(f"{k}{_slug(v)}" for k, v in sorted(value.items()))
     if isinstance(value, (list, tuple)):
         return "_".join(_slug(v) for v in value)
-    if isinstance(value, float):
-        return f"{value:g}"
+    if isinstance(value, float):  # short where that names the value exactly, else every digit
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
     return str(value).lower() if isinstance(value, bool) or value is None else str(value)
 
 
 def identity_differences(saved: dict, requested: dict) -> list[str]:
-    """``"field: saved X, requested Y"`` for every field on which two identities differ (a saved
+    """``"field: saved X, requested Y"`` for the fields on which two identities differ, at most
+    :data:`MAX_DIFFERENCES` of them and each value cut short (a saved
     identity that is not a dictionary, from a damaged record, differs in every field)."""
     saved, requested = (plain(v) if isinstance(v, dict) else {} for v in (saved, requested))
     keys = list(dict.fromkeys([*requested, *saved]))
-    return [
-        f"{k}: saved {saved.get(k, '(absent)')!r}, requested {requested.get(k, '(absent)')!r}"
-        for k in keys
-        if saved.get(k, "(absent)") != requested.get(k, "(absent)")
-    ]
+    differing = [k for k in keys if saved.get(k, "(absent)") != requested.get(k, "(absent)")]
+    lines = [
+        f"{_cut(str(k))}: saved {_cut(repr(saved.get(k, '(absent)')))}, "
+        f"requested {_cut(repr(requested.get(k, '(absent)')))}"
+        for k in differing[:MAX_DIFFERENCES]
+    ]  # a saved record is untrusted: a few fields, each quoted short, make the line
+    if len(differing) > MAX_DIFFERENCES:
+        lines.append(f"and {len(differing) - MAX_DIFFERENCES:,} more fields")
+    return lines
+
+
+MAX_DIFFERENCES = 8  # the fields an error line names
+
+
+def _cut(text: str, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters (an untrusted record's names and values may be megabytes)."""
+    return text if len(text) <= limit else f"{text[: limit - 4]}...{text[-1]}"
 
 
 def check_same_identity(saved: dict, requested: dict, what: str) -> None:

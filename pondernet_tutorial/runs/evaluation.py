@@ -368,7 +368,7 @@ def evaluate_run(
     ``evaluation.json`` equals the requested one.
 
     Args:
-        limit: only the first ``limit`` test samples of every set (of every ``k`` for parity).
+        limit: only the first ``limit`` test samples of every set (of every ``k`` on parity and pointer chasing).
         sweep: the data module's named set of test sets (MNIST: ``"full"``); default the experiment's.
         module: the trained module, if already in memory (else ``model.safetensors`` is loaded).
     """

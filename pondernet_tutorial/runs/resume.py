@@ -135,16 +135,23 @@ CHECKPOINT_TEMP = re.compile(r"\.(best|last)(-v\d+)?\.ckpt\.\d+-[0-9a-f]+\.tmp")
 MAX_ENTRIES = 10_000  # files in an unfinished run's folder: a few checkpoints and log files
 
 
-class DamagedHistoryError(CheckpointError):
-    """An unfinished run's history logs cannot be read, or lack epochs that its ``last.ckpt`` trained:
-    the checkpoint may be whole, so the run is kept (never trained again over it), in one line that
-    says what to do."""
+class KeptRunError(CheckpointError):
+    """An unfinished run that cannot continue as it is, but whose last.ckpt may be whole: kept as it is
+    (never trained again over), in one line that says why and what to do."""
+
+    def __init__(self, run_dir: Path, reason: str, remedy: str):
+        super().__init__(f"the unfinished run in {run_dir} is kept: {reason}. {remedy}")
+        self.reason = reason  # what --overwrite's line says when it trains the run again
+
+
+class DamagedHistoryError(KeptRunError):
+    """Its history logs cannot be read, or lack epochs that its ``last.ckpt`` trained."""
 
     def __init__(self, run_dir: Path, reason: str):
-        super().__init__(
-            f"the unfinished run in {run_dir} is kept: {reason}. Mend its logs from a copy, or remove "
-            "the run's folder to train it again."
-        )
+        super().__init__(run_dir, reason, f"Mend its logs from a copy, or {RETRAIN}.")
+
+
+RETRAIN = "train it again from its first epoch with --overwrite"
 
 
 CLOCK = ("epoch_time_s", "train_time_s", "lr")  # EpochClock's columns, after the epoch and before the metrics
@@ -417,24 +424,36 @@ def _same(saved, replayed) -> bool:
     return type(saved) is type(replayed) and saved == replayed
 
 
-def resumable(run_dir: Path, identity: dict, datamodule) -> bool:
+def resumable(run_dir: Path, identity: dict, datamodule, overwrite: bool = False) -> bool:
     """Whether ``run_dir`` holds an unfinished run of this very configuration (``identity`` in its
     ``resume.json``) that can continue: the data module keeps its batches' state (not MNIST's), the folder
     holds only what a run writes, and it has a ``checkpoints/last.ckpt`` (:class:`RunCheckpointIO` checks
-    it as it is loaded). A run that fails a check is trained again, in one line that says why."""
-    if type(datamodule).state_dict is L.LightningDataModule.state_dict:
-        return False
+    it as it is loaded). Nothing that is not this run's is removed unless ``overwrite`` asks for it.
+
+    Raises:
+        KeptRunError: the folder holds an entry that no run writes (a file of the user's, a link).
+        ConfigMismatchError: it holds an unfinished run of another configuration.
+    """
     if not (run_dir / RESUME_FILE).exists() or (run_dir / WEIGHTS).exists() or run_dir.is_symlink():
-        return False
-    if not os.path.lexists(run_dir / "checkpoints" / "last.ckpt"):  # a link too: refused below, in one line
         return False
     try:
         _check_unfinished_folder(run_dir)  # before resume.json is read
     except CheckpointError as error:  # any other error (an I/O error) is raised: the run is kept
+        if not overwrite:
+            raise KeptRunError(
+                run_dir, str(error), f"Remove that entry to continue it, or {RETRAIN}."
+            ) from None
         cannot_continue(run_dir, error)
         return False
     recorded = read_json(run_dir / RESUME_FILE, follow_links=False)
-    return recorded is not None and recorded.get("identity") == plain(identity)
+    saved = recorded.get("identity") if isinstance(recorded, dict) else None
+    if isinstance(saved, dict) and not overwrite:  # another configuration's epochs are never removed unasked
+        check_same_identity(saved, identity, f"the unfinished run in {run_dir}")
+    if type(datamodule).state_dict is L.LightningDataModule.state_dict:
+        return False
+    if not os.path.lexists(run_dir / "checkpoints" / "last.ckpt"):  # a link too: refused above
+        return False
+    return saved == plain(identity)
 
 
 def read_metadata(run_dir: Path) -> dict | None:

@@ -192,14 +192,18 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
 
     Everything is checked before the folder is made. A finished run (:func:`~.resume.completed_run`) is
     replaced only with ``overwrite``; an unfinished one of this configuration on a generated task
-    continues (:func:`resumable`), any other is trained again. Another process training into the folder
+    continues (:func:`resumable`). An unfinished run of another configuration, or one that cannot
+    continue as it is (its logs damaged, an entry in its folder that no run writes), is kept and
+    replaced only with ``overwrite``; any other (MNIST's, a damaged checkpoint) is trained again, in
+    one line that says why. Another process training into the folder
     raises :class:`~.files.FolderLockedError`, or with ``wait`` is waited for. In a multi-process (DDP)
     run only rank 0 writes; the other ranks return ``(module, None)``.
 
     Args:
         config: the run (:class:`~.config.TrainConfig`; its ``run_dir`` is the folder).
-        overwrite: train a finished run again, in place of the one there (an unfinished run of this
-            configuration still continues: rerunning an interrupted ``overwrite`` loses no epoch).
+        overwrite: train a finished run again, in place of the one there, and an unfinished one that
+            is kept without it (an unfinished run of this configuration that can continue still
+            continues: rerunning an interrupted ``overwrite`` loses no epoch).
         wait: wait for another process that trains into the folder, instead of refusing.
 
     Returns:
@@ -207,6 +211,9 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
 
     Raises:
         RunExistsError: the folder holds this run, finished, and ``overwrite`` is not given.
+        ConfigMismatchError: it holds a run of another configuration, and ``overwrite`` is not given.
+        KeptRunError: it holds an unfinished run that cannot continue as it is, and ``overwrite`` is
+            not given.
         StepDoesNotFitError: the step function fails on the experiment's data (checked on two samples).
         TrainingDivergedError: the loss or the weights stopped being finite; no model is saved.
         Interrupted: (a ``KeyboardInterrupt``) on Ctrl-C, SIGTERM or SIGHUP; the folder keeps no
@@ -241,7 +248,9 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
             if completed_run(run_dir, identity, module.hparams) is not None:
                 raise RunExistsError(run_dir, "already holds this trained run")
         # every rank of a DDP run decides alike: they all read the same last checkpoint, or none
-        resume = resumable(run_dir, identity, datamodule)  # never a finished run: its model file is there
+        resume = resumable(
+            run_dir, identity, datamodule, overwrite
+        )  # never a finished run: its model file is there
         start = time.perf_counter()
         while True:
             if is_rank_zero():
@@ -295,9 +304,12 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
                 if says_nothing_of_files(error):
                     kept_unfinished(run_dir, error)
                     raise
-                if isinstance(error, DamagedHistoryError):  # its logs, not its checkpoint: kept, one line
-                    raise
-                cannot_continue(run_dir, f"Lightning could not restore it: {error}")
+                if isinstance(error, DamagedHistoryError):  # its logs, not its last.ckpt: kept unless asked
+                    if not overwrite:
+                        raise
+                    cannot_continue(run_dir, error.reason)
+                else:
+                    cannot_continue(run_dir, f"Lightning could not restore it: {error}")
                 resume = False
                 datamodule, module = prepare()
         wall = time.perf_counter() - start

@@ -101,6 +101,11 @@ def check_step(y_n: Tensor, z_n: Tensor) -> None:
             f"a step returns (ŷ_n, z_n, h_next): the prediction (batch, classes) and the halting logit "
             f"(batch,) as tensors, got {what}."
         )
+    if z_n.dim() == 1 and y_n.shape[1:] == z_n.shape != y_n.shape[:1]:  # (classes, batch): the batch is z_n's
+        raise ValueError(
+            f"the prediction ŷ_n must have shape (batch, classes), ({len(z_n)}, ...) here, got {tuple(y_n.shape)}: "
+            "transpose it."
+        )
     if z_n.shape != y_n.shape[:1]:
         raise ValueError(
             f"the halting logit z_n must have shape {tuple(y_n.shape[:1])}, got {tuple(z_n.shape)}: {SQUEEZE}."

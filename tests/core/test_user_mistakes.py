@@ -193,6 +193,48 @@ def test_a_step_that_returns_the_wrong_things_is_named_in_training(mistake):
         model(torch.randn(5, 4))
 
 
+class Arity(Step):
+    """A step that returns two values, or nothing (a forgotten ``return``)."""
+
+    def __init__(self, returns):
+        super().__init__()
+        self.returns = returns
+
+    def step(self, x, h):
+        y, z, h = super().step(x, h)
+        return (y, h) if self.returns == "two" else None
+
+
+@pytest.mark.parametrize("returns, what", [("two", "2 values"), ("none", "NoneType")])
+def test_a_step_that_returns_other_than_three_values_is_named_before_training(tmp_path, returns, what):
+    """It failed in the unroll's unpacking, in Python's words ("not enough values to unpack",
+    "cannot unpack non-iterable NoneType object"; round 10's reuse review)."""
+    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    datamodule = LightningDataModule.from_datasets(TensorDataset(x, y), TensorDataset(x, y), batch_size=4)
+    module = PonderLitModule(PonderNet(Arity(returns), max_steps=3))
+    with pytest.raises(ValueError, match=f"Arity.step must return three values, .*; it returned {what}"):
+        fit(module, datamodule, 1, default_root_dir=tmp_path, **QUIET)
+
+
+def test_a_transposed_prediction_is_named_as_the_prediction_not_the_halting_logit():
+    """A prediction of shape (classes, batch) was reported as a halting logit of the wrong shape."""
+
+    class Transposed(Step):
+        def step(self, x, h):
+            y, z, h = super().step(x, h)
+            return y.T, z, h
+
+    with pytest.raises(
+        ValueError, match=r"ŷ_n must have shape \(batch, classes\), \(5, ...\) here, got \(2, 5\)"
+    ):
+        PonderNet(Transposed(), max_steps=3)(torch.randn(5, 4))
+
+
+def test_eval_max_steps_is_named_when_it_is_wrong():
+    with pytest.raises(ValueError, match="^eval_max_steps must be a whole number"):
+        PonderNet(Step(), max_steps=3, eval_max_steps=0)
+
+
 def test_a_step_without_initial_state_says_what_to_define():
     class NoState(StepFunction):
         def step(self, x, h):

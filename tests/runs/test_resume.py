@@ -20,7 +20,7 @@ import test_faults
 import torch
 
 from pondernet_tutorial.runs import training
-from pondernet_tutorial.runs.config import WEIGHTS, TrainConfig
+from pondernet_tutorial.runs.config import WEIGHTS, ConfigMismatchError, TrainConfig
 from pondernet_tutorial.runs.files import write_json
 from pondernet_tutorial.runs.processes import Interrupted
 from pondernet_tutorial.runs.resume import RESUME_FILE
@@ -82,7 +82,12 @@ def test_a_stopped_run_resumes_and_ends_as_the_run_trained_in_one_go(tmp_path, m
     assert not (config.run_dir / RESUME_FILE).exists() and not (config.run_dir / "checkpoints").exists()
 
 
-def test_an_unfinished_run_of_another_configuration_is_trained_again(tmp_path, monkeypatch):
+def test_an_unfinished_run_of_another_configuration_is_kept_and_trained_again_only_with_overwrite(
+    tmp_path, monkeypatch
+):
+    """Two configurations may share a folder (a name cut short); the first one's epochs are never
+    removed unasked, as a finished run of another configuration is not (round 10: it was removed
+    without a word)."""
     config = tiny(tmp_path)
     stop_at_epoch(monkeypatch, 2, [])
     with pytest.raises(Interrupted):
@@ -90,9 +95,15 @@ def test_an_unfinished_run_of_another_configuration_is_trained_again(tmp_path, m
     monkeypatch.undo()
     recorded = read_json(config.run_dir / RESUME_FILE)
     write_json(config.run_dir / RESUME_FILE, {"identity": {**recorded["identity"], "lr": 1.0}})
+    last = (config.run_dir / "checkpoints" / "last.ckpt").read_bytes()
+    with pytest.raises(
+        ConfigMismatchError, match=r"the unfinished run in .* another configuration \(lr: saved 1\.0"
+    ):
+        train(config)
+    assert (config.run_dir / "checkpoints" / "last.ckpt").read_bytes() == last
     started = []
     stop_at_epoch(monkeypatch, -1, started)
-    _, metadata = train(config)
+    _, metadata = train(config, overwrite=True)
     assert started == list(range(EPOCHS)) and not metadata["resumed"]
 
 

@@ -165,15 +165,15 @@ def test_a_run_without_its_per_sample_table_is_evaluated_again(tmp_path, capsys,
     assert all(path.is_file() and (path.parent / "halting.json").is_file() for path in per_sample)
 
 
-def test_a_stray_file_named_like_a_history_version_is_one_line_and_trained_again(
-    tmp_path, monkeypatch, capsys
-):
+def test_a_stray_file_named_like_a_history_version_is_one_line_and_kept(tmp_path, monkeypatch, capsys):
     """Lightning's csv logger takes the next ``version_<n>`` that no folder holds; a file of that name
     made it fail with "File exists" at every rerun, with no word of the file. (Before: the second
-    train() raised FileExistsError.)"""
+    train() raised FileExistsError.) The run is kept until ``overwrite`` trains it again."""
     config = test_untrusted_runs.stopped_run(tmp_path, monkeypatch)
     (config.run_dir / "logs" / "version_1").write_text("a stray file\n")
-    test_untrusted_runs.resumes_again(config, capsys, "logs/version_1 is not a folder of the run's history")
+    test_untrusted_runs.kept_then_overwritten(
+        config, capsys, "logs/version_1 is not a folder of the run's history"
+    )
 
 
 def test_a_model_files_header_cannot_switch_on_compilation_or_clipping(tmp_path):

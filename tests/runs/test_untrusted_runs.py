@@ -22,7 +22,7 @@ from pondernet_tutorial.runs import cli
 from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model, load_pretrained
 from pondernet_tutorial.runs.config import WEIGHTS, TrainConfig
 from pondernet_tutorial.runs.processes import Interrupted
-from pondernet_tutorial.runs.resume import RESUME_FILE, DamagedHistoryError
+from pondernet_tutorial.runs.resume import RESUME_FILE, DamagedHistoryError, KeptRunError
 from pondernet_tutorial.runs.training import train
 
 
@@ -88,6 +88,44 @@ def resumes_again(config: TrainConfig, capsys, reason: str) -> dict:
     return metadata
 
 
+def folder_state(folder: Path) -> dict:
+    """Every entry under ``folder`` but its folders (the logger makes an empty one for a sitting before
+    the restore fails), walked without following links: a file's bytes, a link's target, else its kind
+    (a FIFO is never opened)."""
+    state = {}
+    for here, names, files in os.walk(folder):
+        for name in [*names, *files]:
+            path = Path(here) / name
+            if path.is_symlink():
+                state[path] = ("link", os.readlink(path))
+            elif path.is_file():
+                state[path] = path.read_bytes()
+            elif not path.is_dir():
+                state[path] = "other"
+    return state
+
+
+def kept_then_overwritten(config: TrainConfig, capsys, reason: str) -> dict:
+    """The next train() keeps the unfinished run as it is (nothing in its folder changes) and says in
+    one line why and what to do; train(overwrite=True) then says in one line that it cannot be
+    continued and trains it from epoch 0, and the folder holds a finished run."""
+    before = folder_state(config.run_dir)
+    with pytest.raises(KeptRunError) as kept:
+        train(config)
+    text = str(kept.value)
+    assert f"the unfinished run in {config.run_dir} is kept: " in text and reason in text, text
+    assert text.endswith("with --overwrite.") and "\n" not in text
+    assert folder_state(config.run_dir) == before
+    capsys.readouterr()
+    _, metadata = train(config, overwrite=True)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "cannot be continued" in line]
+    assert len(lines) == 1 and reason in lines[0], err
+    assert not metadata["resumed"] and metadata["epochs_run"] == EPOCHS
+    test_faults.assert_complete(config)
+    return metadata
+
+
 # ---------------------------------------------------------------------------------------------------
 # Rows 1-4 and 9b: what a resumed run restores holds no path, and its folder holds no link
 
@@ -127,7 +165,7 @@ def test_2_a_fifo_named_as_the_best_checkpoint_never_blocks(tmp_path, monkeypatc
 
     edit_last(config, point_at_fifo)
     with time_limit(60):
-        resumes_again(config, capsys, "best-v7.ckpt is not a regular file")
+        kept_then_overwritten(config, capsys, "best-v7.ckpt is not a regular file")
 
 
 @pytest.mark.parametrize("bound, restored", [(4096, True), (1024, False)])
@@ -155,7 +193,7 @@ def test_3_4_a_linked_logs_or_checkpoints_folder_is_never_written_through(
     shutil.rmtree(config.run_dir / folder)
     (config.run_dir / folder).symlink_to(outside)
     try:
-        resumes_again(config, capsys, f"{folder} is a symbolic link")
+        kept_then_overwritten(config, capsys, f"{folder} is a symbolic link")
     finally:  # checked even when the line is missing: nothing outside the run was written or deleted
         assert {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()} == before
 
@@ -239,7 +277,6 @@ def history_lost(last: Path):
         (pickle_gadget, "names posix system"),  # 11, before torch.load (round 8)
         (truncate, "not an archive that torch.save"),  # 12
         (other_shape, "is not a checkpoint of this model"),  # 13, before Lightning's restore (check_fits)
-        (dev_zero, "last.ckpt is a symbolic link"),  # 14
         (garbage_generator, "training batches' generator is not"),  # 15, before Lightning's restore
     ],
     ids=lambda v: getattr(v, "__name__", "reason"),
@@ -249,7 +286,7 @@ def test_9_11_16_a_last_checkpoint_that_is_not_this_runs_is_one_line_and_trained
 ):
     config = stopped_run(tmp_path, monkeypatch)
     last = config.run_dir / "checkpoints" / "last.ckpt"
-    if damage in (truncate, pickle_gadget, dev_zero):
+    if damage in (truncate, pickle_gadget):
         damage(last)
     else:
         edit_last(config, damage)
@@ -257,6 +294,15 @@ def test_9_11_16_a_last_checkpoint_that_is_not_this_runs_is_one_line_and_trained
         resumes_again(config, capsys, reason)
     assert not Path("should-never-exist").exists()
     train(config, overwrite=True)  # and the run after it works as any other
+
+
+def test_14_a_last_checkpoint_linked_to_a_device_is_never_read_and_the_run_kept(
+    tmp_path, monkeypatch, capsys
+):
+    config = stopped_run(tmp_path, monkeypatch)
+    dev_zero(config.run_dir / "checkpoints" / "last.ckpt")
+    with time_limit(120):
+        kept_then_overwritten(config, capsys, "checkpoints/last.ckpt is a symbolic link")
 
 
 def history_cut_in_the_middle(last: Path):
@@ -286,13 +332,11 @@ def test_16_a_damaged_history_keeps_the_run_in_one_line_and_it_continues_once_me
     damage(config.run_dir / "checkpoints" / "last.ckpt")
     before = {p: p.read_bytes() for p in config.run_dir.rglob("*") if p.is_file()}
     with pytest.raises(DamagedHistoryError) as refused:
-        train(config, overwrite=True)
+        train(config)
     assert str(refused.value) == (
         f"the unfinished run in {config.run_dir} is kept: {str(refused.value).split(' is kept: ')[1]}"
     )
-    assert reason in str(refused.value) and str(refused.value).endswith(
-        "remove the run's folder to train it again."
-    )
+    assert reason in str(refused.value) and str(refused.value).endswith("with --overwrite.")
     assert "\n" not in str(refused.value)
     assert {p: p.read_bytes() for p in config.run_dir.rglob("*") if p.is_file()} == before
     capsys.readouterr()  # the command line: the same run, one line, status 2, nothing changed
@@ -307,6 +351,12 @@ def test_16_a_damaged_history_keeps_the_run_in_one_line_and_it_continues_once_me
     stop_at_epoch(monkeypatch, -1, started)
     _, metadata = train(config)
     assert started == [2, 3] and metadata["resumed"] and metadata["epochs_run"] == EPOCHS
+
+
+def test_16b_a_damaged_history_is_trained_again_with_overwrite(tmp_path, monkeypatch, capsys):
+    config = stopped_run(tmp_path, monkeypatch)
+    history_lost(config.run_dir / "checkpoints" / "last.ckpt")
+    kept_then_overwritten(config, capsys, "its history does not hold epochs 0 to 1")
 
 
 def test_a_restore_that_fails_inside_lightning_is_one_line_and_trained_again(tmp_path, monkeypatch, capsys):

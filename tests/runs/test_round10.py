@@ -1,0 +1,57 @@
+"""Round 10 of attacks and a reuse review, each confirmed before its fix.
+
+Each test failed on the code before its fix (the break is named in its docstring).
+"""
+
+import pytest
+import test_faults
+import torch
+from test_untrusted_runs import kept_then_overwritten, stopped_run
+
+from pondernet_tutorial.runs import cli
+from pondernet_tutorial.runs.config import ConfigMismatchError, check_same_identity
+
+
+def test_two_configurations_that_differ_past_six_digits_get_two_folders(tmp_path):
+    """A float was named by ``%g``, six digits: lr 0.000123456 and 0.0001234564 shared a folder, and the
+    second run removed the first one's unfinished epochs (break: ``f"{value:g}"`` alone)."""
+    a = test_faults.tiny(tmp_path, lr=0.000123456)
+    b = test_faults.tiny(tmp_path, lr=0.0001234564)
+    assert a.run_dir != b.run_dir and "lr=0.0001234564" in str(b.run_dir)
+    assert "lr=0.0005-" in str(test_faults.tiny(tmp_path, lr=0.0005).run_dir)  # short names stay
+
+
+def test_a_file_of_the_users_in_an_unfinished_run_keeps_the_run(tmp_path, monkeypatch, capsys):
+    """A Finder .DS_Store (or notes of the user's) in a stopped run made the next train() remove the
+    folder, the file and last.ckpt with it, and train from epoch 0 (break: resumable's refusal turned
+    back into cannot_continue without overwrite)."""
+    config = stopped_run(tmp_path, monkeypatch)
+    (config.run_dir / "notes.txt").write_text("what I changed\n")
+    kept_then_overwritten(config, capsys, "notes.txt is not a file of an unfinished run")
+
+
+def test_a_huge_value_in_a_saved_identity_makes_a_short_error():
+    """A forged metadata.json with a 20 MB value made a 20 MB "one-line" error (break: the values
+    quoted whole, every differing field listed)."""
+    saved = {"lr": "x" * 20_000_000, **{f"field{i}": i for i in range(1000)}}
+    with pytest.raises(ConfigMismatchError) as error:
+        check_same_identity(saved, {"lr": 0.001}, "the run in here")
+    text = str(error.value)
+    assert len(text) < 1500 and "lr: saved 'xxxx" in text and "and 993 more fields" in text, text[:2000]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without a GPU")
+def test_cuda_graph_without_a_gpu_is_one_line_and_status_2(tmp_path, capsys):
+    """It was a 21-line traceback and status 1 (break: use_cuda_graph raising a plain ValueError)."""
+    argv = [
+        "train",
+        "--experiment",
+        "parity-interpolation",
+        "--quick",
+        "--cuda-graph",
+        "--output-dir",
+        str(tmp_path),
+    ]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --cuda-graph needs ") and err.count("\n") == 1, err
