@@ -256,12 +256,15 @@ def read_table(
     follow_links: bool = True,
     required: tuple[str, ...] = (),
     whole_lines: bool = False,
+    steps: tuple[str, ...] = (),
     **read_csv_options,
 ):
     """A CSV table (gzip-compressed when ``path`` ends with ``.gz``) as a pandas ``DataFrame``, read only
     if it is a regular file of at most ``cap`` bytes, compressed and uncompressed, of text (no NUL byte)
     with at least one column; ``numeric``: the columns that must hold numbers where the table has them;
-    ``required``: the columns it must have; ``follow_links=False``: a table in a results folder, which
+    ``required``: the columns it must have; ``steps``: the columns that must hold halting steps, whole
+    numbers from 1 to :data:`~pondernet_tutorial.halting.MAX_STEPS` (a reader sizes arrays by them);
+    ``follow_links=False``: a table in a results folder, which
     a link must not lead out of; ``whole_lines``: only the lines that end in a newline, of a table that
     may still be being appended to (no whole line: an empty table).
 
@@ -304,6 +307,17 @@ def read_table(
             text = next((v for v in table[column] if isinstance(v, str)), None)
             if text is not None:  # (an empty table's columns hold no text)
                 raise damaged_table(path, f"its column {column} holds {text[:40]!r}, not numbers")
+    if steps:
+        from .halting import MAX_STEPS
+
+        for column in (c for c in steps if c in table):
+            values = pd.to_numeric(table[column], errors="coerce")
+            bad = values[~((values % 1 == 0) & (values >= 1) & (values <= MAX_STEPS))]
+            if len(bad):
+                raise damaged_table(
+                    path,
+                    f"its column {column} holds {str(table[column][bad.index[0]])[:40]!r}, not a step from 1 to {MAX_STEPS:,}",
+                )
     return table
 
 

@@ -172,11 +172,18 @@ def load_table(root, runs, name: str):
     columns (experiment, variant, seed, ...) in front."""
     import pandas as pd
 
-    from ..untrusted import read_table
+    from ..untrusted import DamagedFileError, read_table
 
-    frames = []
+    frames, seen = [], set()
     for _, run in runs.iterrows():
-        frame = read_table(run_file(root, run, name))
+        path = run_file(root, run, name)
+        if path in seen:  # the table is data: a run named many times would be read as many times
+            raise DamagedFileError(
+                0, f"the runs table under {root} names {run['path']!r} twice: rebuild its tables"
+            )
+        seen.add(path)
+        # a sample's halting step sizes the figures' arrays (np.bincount)
+        frame = read_table(path, steps=("halt_step",) if name.startswith("per_sample") else ())
         for column in ("experiment", "variant", "method", "seed"):
             frame.insert(0, column, run[column])
         frames.append(frame)

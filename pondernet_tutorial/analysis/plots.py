@@ -241,7 +241,11 @@ def plot_halting_distribution(
     ax = ax or plt.gca()
     steps = np.arange(1, max_steps + 1)
     for name in sets:
-        values = per_sample.loc[per_sample["set"] == name, column].astype(int)
+        values = per_sample.loc[per_sample["set"] == name, column]
+        outside = values[~(values.between(1, max_steps) & (values % 1 == 0))]
+        if len(outside):  # np.bincount would size its array by the value (the table is data)
+            raise ValueError(f"{column} holds {outside.iloc[0]}, not a step from 1 to {max_steps}.")
+        values = values.astype(int)
         frequency = np.bincount(values, minlength=max_steps + 1)[1:] / len(values)
         ax.plot(steps, frequency, marker="o", ms=3, label=angle_label(name), **angle_style(name))
     prior = geometric_prior(lambda_p, max_steps, renormalize=True).numpy()

@@ -40,6 +40,8 @@ REQUIRED_COLUMNS = {
     "halting": ("set", "accuracy", "accuracy_draws", "rho", "rho_draws", "spread", "steps", "difficulty"),
     "per_sample": ("set", "label", "prediction", "halt_step", "expected_steps"),
 }
+# the columns that hold one halting step each (whole numbers from 1 to MAX_STEPS): figures size arrays by them
+STEP_COLUMNS = {"per_sample": ("halt_step",), "per_step": ("step",)}
 HALTING_FORMAT = "pondernet_tutorial/halting-v1"
 DIFFICULTY = "k"  # the per-sample difficulty of the tasks that have one (parity, pointer chasing)
 COIN_DRAWS = 20  # fresh halting-coin draws behind the coin interval of a sampled halting step
@@ -576,6 +578,7 @@ def evaluate_halting(
             numeric=NUMERIC_COLUMNS,
             follow_links=False,  # no link out of the run
             required=(*REQUIRED_COLUMNS["per_sample"], DIFFICULTY),
+            steps=STEP_COLUMNS["per_sample"],
         )
         table = halting_table(module, datamodule.evaluation_sets(), per_sample)
         remove_inside(run_dir / "halting.json", config.output_dir, missing_ok=True)
@@ -614,7 +617,13 @@ def load_run_tables(run_dir: str | Path, per_sample: bool = False) -> dict[str, 
     sets = {str(name) for name in sets} if isinstance(sets, list) else None
     tables = {}
     for name, path in files.items():
-        table = read_table(path, numeric=NUMERIC_COLUMNS, follow_links=False, required=REQUIRED_COLUMNS[name])
+        table = read_table(
+            path,
+            numeric=NUMERIC_COLUMNS,
+            follow_links=False,
+            required=REQUIRED_COLUMNS[name],
+            steps=STEP_COLUMNS.get(name, ()),
+        )
         if name == "summary" and "degrees" in table and "mode" not in table:  # MNIST's rotations
             raise damaged_table(path, "it has degrees without their mode")
         found = set(table["set"].astype(str))

@@ -55,3 +55,48 @@ def test_cuda_graph_without_a_gpu_is_one_line_and_status_2(tmp_path, capsys):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --cuda-graph needs ") and err.count("\n") == 1, err
+
+
+def _per_sample(folder, halt_step) -> None:
+    import gzip
+
+    folder.mkdir(parents=True)
+    rows = f"set,label,prediction,halt_step,expected_steps\nrot0,1,1,3,2.5\nrot0,1,1,{halt_step},2.5\n"
+    (folder / "per_sample.csv.gz").write_bytes(gzip.compress(rows.encode()))
+
+
+def _runs(*paths):
+    import pandas as pd
+
+    return pd.DataFrame({"path": paths, "experiment": "e", "variant": "v", "method": "pondernet", "seed": 0})
+
+
+@pytest.mark.parametrize("halt_step", [10**12, 0, 2.5, -3])
+def test_a_halting_step_outside_1_to_the_maximum_is_a_damaged_table_not_an_allocation(tmp_path, halt_step):
+    """halt_step 10**12 in a per-sample table made the halting figure ask numpy for 7.28 TiB (breaks:
+    read_table's step check removed; load_table not asking for it; the figure's own check removed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from pondernet_tutorial.analysis.notebook import load_table
+    from pondernet_tutorial.analysis.plots import plot_halting_distribution
+    from pondernet_tutorial.untrusted import DamagedFileError, read_table
+
+    _per_sample(tmp_path / "run", halt_step)
+    with pytest.raises(DamagedFileError, match="its column halt_step holds .*, not a step from 1 to"):
+        load_table(tmp_path, _runs("run"), "per_sample.csv.gz")
+    table = read_table(tmp_path / "run" / "per_sample.csv.gz")  # read without the check: the figure refuses
+    with pytest.raises(ValueError, match="halt_step holds .*, not a step from 1 to 20"):
+        plot_halting_distribution(table, 0.2, 20, ["rot0"])
+
+
+def test_a_runs_table_that_names_a_run_twice_is_refused(tmp_path):
+    """A runs.csv of 400 rows naming one run read its table 400 times, past every bound (break: the
+    duplicate check removed)."""
+    from pondernet_tutorial.analysis.notebook import load_table
+    from pondernet_tutorial.untrusted import DamagedFileError
+
+    _per_sample(tmp_path / "run", 4)
+    assert len(load_table(tmp_path, _runs("run"), "per_sample.csv.gz")) == 2
+    with pytest.raises(DamagedFileError, match="names 'run' twice"):
+        load_table(tmp_path, _runs("run", "run"), "per_sample.csv.gz")
