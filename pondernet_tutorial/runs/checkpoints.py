@@ -55,9 +55,10 @@ MAX_WEIGHTS_BYTES = 8 * MAX_PARAMETERS + MAX_HEADER_BYTES
 NOT_SAVED = {"self", "grad_clip", "compile"}  # RunModule's arguments that a model file never holds
 
 
-def save_weights(module: RunModule, path: str | os.PathLike) -> Path:
-    """Save the module's weights and hyperparameters as one ``safetensors`` file, whole. Only a
-    :class:`RunModule` names its parts so that :func:`load_model` can rebuild it."""
+def save_weights(module: RunModule, path: str | os.PathLike, inside=None) -> Path:
+    """Save the module's weights and hyperparameters as one ``safetensors`` file, whole (``inside``: as
+    for :func:`~.files.atomic_file`). Only a :class:`RunModule` names its parts so that
+    :func:`load_model` can rebuild it."""
     from safetensors.torch import save
 
     if not isinstance(module, RunModule):  # a model built in code: nothing in the file could rebuild it
@@ -69,7 +70,7 @@ def save_weights(module: RunModule, path: str | os.PathLike) -> Path:
 
     state = {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
     header = {"format": FORMAT, "hparams": json.dumps(plain(dict(module.hparams)))}
-    with atomic_file(path, "wb") as handle:
+    with atomic_file(path, "wb", inside) as handle:
         handle.write(save(state, metadata=header))
     return Path(path)
 

@@ -189,7 +189,8 @@ class TrainConfig:
     step: str | None = setting(
         str,
         None,
-        f"step function: {', '.join(STEPS)}, or the import path module:Class of one [default: the experiment's]",
+        f"step function: {', '.join(STEPS)}, or the import path module:Class of one, built as "
+        "Class(n_classes=..., **step options) [default: the experiment's]",
         check=check_step,
     )
     step_options: dict = setting(

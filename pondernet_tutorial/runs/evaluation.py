@@ -394,17 +394,22 @@ def evaluate_run(
             "per_class": per_class(per_sample, experiment.group_by),
             "per_sample": per_sample,
         }
+        inside = config.output_dir  # every write and removal in the run folder, never through a link
         # evaluation.json, written last, vouches for the tables: gone while they are replaced
         remove_inside(run_dir / "evaluation.json", config.output_dir, missing_ok=True)
         remove_inside(run_dir / DECISIONS, config.output_dir, missing_ok=True)  # not another method's
         for name in ("summary", "per_step", "per_class"):
-            write_csv(run_dir / f"{name}.csv", tables[name], index=False, float_format="%.6g")
+            write_csv(run_dir / f"{name}.csv", tables[name], inside, index=False, float_format="%.6g")
         if decisions:
-            write_csv(run_dir / DECISIONS, decision_table(pairs, experiment.group_by), index=False)
+            write_csv(run_dir / DECISIONS, decision_table(pairs, experiment.group_by), inside, index=False)
         write_csv(
-            run_dir / "per_sample.csv.gz", per_sample_for_file(per_sample), index=False, float_format="%.4g"
+            run_dir / "per_sample.csv.gz",
+            per_sample_for_file(per_sample),
+            inside,
+            index=False,
+            float_format="%.4g",
         )
-        write_json(run_dir / "evaluation.json", record)
+        write_json(run_dir / "evaluation.json", record, inside)
         return tables
 
 
@@ -582,8 +587,8 @@ def evaluate_halting(
         )
         table = halting_table(module, datamodule.evaluation_sets(), per_sample)
         remove_inside(run_dir / "halting.json", config.output_dir, missing_ok=True)
-        write_csv(run_dir / "halting.csv", table, index=False, float_format="%.6g")
-        write_json(run_dir / "halting.json", halting_record(record))
+        write_csv(run_dir / "halting.csv", table, config.output_dir, index=False, float_format="%.6g")
+        write_json(run_dir / "halting.json", halting_record(record), config.output_dir)
         return table
 
 

@@ -5,7 +5,10 @@ evaluation tables, the study tables) goes through :func:`atomic_file`: it is wri
 name in the same folder, flushed to the disk (``fsync``) and only then moved onto its name with
 ``os.replace``, which is atomic. A process killed or a disk that fills up in the middle of a write
 leaves the old file (or none), never a partial one; the temporary file is removed when the write
-fails, and one left by a killed process is removed by the next write of the same file.
+fails, and one left by a killed process is removed by the next write of the same file. Its folder is
+reached from the output folder without following a link and held open while the file is written and
+renamed (:func:`open_inside`), so a folder swapped for a link meanwhile is refused, never written
+through; every removal goes the same way (:func:`remove_inside`).
 
 :func:`folder_lock` lets one process at a time train or evaluate into a run folder: an operating-system
 lock (:mod:`filelock`) on the file ``<folder>.lock`` beside the folder, which the system releases when
@@ -84,13 +87,17 @@ def _temp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}{TEMP_SUFFIX}")
 
 
-def _remove_stale_temps(path: Path) -> None:
-    """Remove temporary files of ``path`` left by processes that are gone (killed mid-write)."""
-    for temp in path.parent.glob(f".{path.name}.*{TEMP_SUFFIX}"):
-        pid = temp.name[len(path.name) + 2 :].split("-", 1)[0]
+def _remove_stale_temps(path: Path, folder: int | None = None) -> None:
+    """Remove temporary files of ``path`` left by processes that are gone (killed mid-write); ``folder``:
+    a descriptor of its folder, where the names are looked up."""
+    prefix = f".{path.name}."
+    for name in os.listdir(path.parent if folder is None else folder):
+        if not (name.startswith(prefix) and name.endswith(TEMP_SUFFIX)):
+            continue
+        pid = name[len(prefix) :].split("-", 1)[0]
         if pid.isdigit() and not pid_alive(int(pid)):
             with contextlib.suppress(OSError):
-                temp.unlink()
+                os.unlink(name if folder is not None else path.parent / name, dir_fd=folder)
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -104,50 +111,75 @@ def _fsync_folder(folder: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | os.PathLike, mode: str = "w", **open_options):
+def atomic_file(path: str | os.PathLike, mode: str = "w", inside=None, **open_options):
     """A file object open on a temporary name beside ``path``; moved onto ``path`` when the block ends
-    without error, removed when it raises.
+    without error, removed when it raises. ``inside``: the output folder that ``path`` lies in; its
+    folder is then reached from there one folder at a time without following a link (and made where
+    missing), and the file is created and renamed in that very folder: a folder on the way swapped for
+    a link is refused, never written through (:func:`open_inside`).
 
     Example::
 
-        with atomic_file(run_dir / "metadata.json") as f:
+        with atomic_file(run_dir / "metadata.json", inside=output_dir) as f:
             f.write(text)
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_file writes a whole file: mode 'w' or 'wb', got {mode!r}.")
     path = Path(path)
-    if os.path.lexists(path) and not (path.is_symlink() or stat.S_ISREG(os.lstat(path).st_mode)):
-        # a device (/dev/null) or a FIFO: the rename below would replace it with a file
-        raise FileExistsError(
-            errno.EEXIST, f"{path} is not a regular file, and is never replaced by one", str(path)
-        )
-    temp = _temp_name(path)
+    folder = None if inside is None else open_inside(path.parent, inside, make=True)
+    # with a folder's descriptor, every name below is looked up in that folder, never through a path
+    name, temp = (path.name, _temp_name(path).name) if folder is not None else (path, _temp_name(path))
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale_temps(path)
-        # O_EXCL: a fresh file of our own; 0o666 lets the umask decide the permissions, as open() does
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    except OSError as error:
-        if is_write_refusal(error):
-            raise write_failed(error, path) from None
-        raise
-    if mode == "w":
-        open_options.setdefault("encoding", "utf-8")
-        open_options.setdefault("newline", "")  # the text is written as given (csv writes its own ends)
-    try:
-        with open(fd, mode, **open_options) as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException as error:
-        with contextlib.suppress(OSError):
-            temp.unlink()
-        refusal = _write_refusal(error)
-        if refusal is not None:
-            raise write_failed(refusal, path) from None
-        raise
-    _fsync_folder(path.parent)
+        try:
+            info = os.stat(name, dir_fd=folder, follow_symlinks=False)
+        except FileNotFoundError:
+            info = None
+        if info is not None and not (stat.S_ISLNK(info.st_mode) or stat.S_ISREG(info.st_mode)):
+            # a device (/dev/null) or a FIFO: the rename below would replace it with a file
+            raise FileExistsError(
+                errno.EEXIST, f"{path} is not a regular file, and is never replaced by one", str(path)
+            )
+        try:
+            if folder is None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            _remove_stale_temps(path, folder)
+            # O_EXCL: a fresh file of our own; 0o666 lets the umask decide the permissions, as open() does
+            flags = (
+                os.O_WRONLY
+                | os.O_CREAT
+                | os.O_EXCL
+                | getattr(os, "O_BINARY", 0)
+                | getattr(os, "O_NOFOLLOW", 0)
+            )
+            fd = os.open(temp, flags, 0o666, dir_fd=folder)
+        except OSError as error:
+            if is_write_refusal(error):
+                raise write_failed(error, path) from None
+            raise
+        if mode == "w":
+            open_options.setdefault("encoding", "utf-8")
+            open_options.setdefault("newline", "")  # the text is written as given (csv writes its own ends)
+        try:
+            with open(fd, mode, **open_options) as handle:
+                yield handle
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException as error:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=folder)
+            refusal = _write_refusal(error)
+            if refusal is not None:
+                raise write_failed(refusal, path) from None
+            raise
+        if folder is None:
+            _fsync_folder(path.parent)
+        else:
+            with contextlib.suppress(OSError):
+                os.fsync(folder)
+    finally:
+        if folder is not None:
+            os.close(folder)
 
 
 def _write_refusal(error: BaseException) -> OSError | None:
@@ -161,25 +193,26 @@ def _write_refusal(error: BaseException) -> OSError | None:
     return None
 
 
-def write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` whole (UTF-8)."""
-    with atomic_file(path, "w") as handle:
+def write_text(path: str | os.PathLike, text: str, inside=None) -> Path:
+    """Write ``text`` to ``path`` whole (UTF-8); ``inside``: as for :func:`atomic_file`."""
+    with atomic_file(path, "w", inside) as handle:
         handle.write(text)
     return Path(path)
 
 
-def write_json(path: str | os.PathLike, data) -> Path:
-    """Write ``data`` as indented JSON, whole."""
-    return write_text(path, json.dumps(data, indent=2) + "\n")
+def write_json(path: str | os.PathLike, data, inside=None) -> Path:
+    """Write ``data`` as indented JSON, whole; ``inside``: as for :func:`atomic_file`."""
+    return write_text(path, json.dumps(data, indent=2) + "\n", inside)
 
 
-def write_csv(path: str | os.PathLike, frame, **to_csv_options) -> Path:
-    """Write a pandas ``DataFrame`` as CSV, whole; gzip-compressed when ``path`` ends with ``.gz``."""
+def write_csv(path: str | os.PathLike, frame, inside=None, **to_csv_options) -> Path:
+    """Write a pandas ``DataFrame`` as CSV, whole; gzip-compressed when ``path`` ends with ``.gz``;
+    ``inside``: as for :func:`atomic_file`."""
     path = Path(path)
     if path.suffix == ".gz":
         # the gzip header names the final file, not the temporary one
         to_csv_options.setdefault("compression", {"method": "gzip", "filename": path.name})
-    with atomic_file(path, "wb") as handle:
+    with atomic_file(path, "wb", inside) as handle:
         frame.to_csv(handle, **to_csv_options)
     return path
 
@@ -309,52 +342,84 @@ def check_inside(run_dir: Path, output_dir, what: str = "run folder") -> None:
         )
 
 
+def open_inside(folder: Path, output_dir, make: bool = False) -> int:
+    """A descriptor of ``folder``, reached from ``output_dir`` one folder at a time without following a
+    link (each folder made where missing, with ``make``): a folder on the way swapped for a link after
+    :func:`check_inside` is refused in one line, never followed out of the output folder."""
+    base = Path(output_dir).expanduser()
+    parts = [p for p in Path(os.path.relpath(Path(folder).absolute(), base.absolute())).parts if p != "."]
+    if ".." in parts:
+        check_inside(folder, output_dir)  # one line that names it
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    if make:
+        base.mkdir(parents=True, exist_ok=True)
+    fd = os.open(base, flags)  # the output folder itself, as given
+    try:
+        for part in parts:
+            try:
+                below = os.open(part, flags | nofollow, dir_fd=fd)
+            except FileNotFoundError:
+                if not make:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, dir_fd=fd)
+                below = os.open(part, flags | nofollow, dir_fd=fd)
+            fd, above = below, fd
+            os.close(above)
+    except OSError as error:  # ELOOP: a link where a folder was; ENOTDIR: a file
+        os.close(fd)
+        if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        raise FileExistsError(
+            f"{folder} or a folder on its way became a link or a file while the run was prepared or "
+            "trained: nothing was written or deleted through it; check what changed the output folder, "
+            "or choose another --output-dir."
+        ) from None
+    return fd
+
+
 def remove_inside(path: Path, output_dir, missing_ok: bool = False) -> None:
     """Remove the folder (``shutil.rmtree``, which never follows a link inside it) or the file ``path``,
-    reached from ``output_dir`` one folder at a time without following a link: a folder on the way, or
-    ``path`` itself, swapped for a link after :func:`check_inside` is refused, not followed out of the
+    reached from ``output_dir`` without following a link (:func:`open_inside`): ``path`` itself, or a
+    folder on its way, swapped for a link after :func:`check_inside` is refused, not followed out of the
     output folder. A folder nested too deep for rmtree (it recurses once per level) is one line that
     says to remove it by hand."""
-    path, base = Path(path), Path(output_dir).expanduser()
-    if path.parent.absolute() != base.absolute():
+    path = Path(path)
+    if path.parent.absolute() != Path(output_dir).expanduser().absolute():
         check_inside(path.parent, output_dir)
-    parts = Path(os.path.relpath(path.absolute(), base.absolute())).parts
-    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
-    nofollow = getattr(os, "O_NOFOLLOW", 0)
     try:
-        if not nofollow or sys.version_info < (3, 11):  # rmtree takes a dir_fd from Python 3.11
+        if not getattr(os, "O_NOFOLLOW", 0) or sys.version_info < (3, 11):  # rmtree: dir_fd from 3.11
             if path.is_symlink() or not path.is_dir():
                 path.unlink(missing_ok=missing_ok)
             else:
                 shutil.rmtree(path)
             return
-        fd = os.open(base, flags)
         try:
-            for part in parts[:-1]:
-                fd, above = os.open(part, flags | nofollow, dir_fd=fd), fd
-                os.close(above)
+            fd = open_inside(path.parent, output_dir)
+        except FileNotFoundError:
+            if missing_ok:
+                return
+            raise
+        try:
             try:
-                info = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+                info = os.stat(path.name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 if missing_ok:
                     return
                 raise
             if stat.S_ISLNK(info.st_mode):
-                raise OSError(errno.ELOOP, "a link")
+                raise FileExistsError(
+                    f"{path} became a link while the run was prepared or trained: nothing was deleted; "
+                    "check what changed the output folder, or choose another --output-dir."
+                )
             if stat.S_ISDIR(info.st_mode):
-                shutil.rmtree(parts[-1], dir_fd=fd)
+                shutil.rmtree(path.name, dir_fd=fd)
             else:
-                os.unlink(parts[-1], dir_fd=fd)
+                os.unlink(path.name, dir_fd=fd)
         finally:
             os.close(fd)
     except RecursionError:
         raise FileExistsError(
             f"{path} holds folders nested too deep to delete: remove it by hand, or choose another output folder."
-        ) from None
-    except OSError as error:  # ELOOP: a link where a folder was; ENOTDIR: a file
-        if getattr(error, "errno", None) not in (errno.ELOOP, errno.ENOTDIR):
-            raise
-        raise FileExistsError(
-            f"{path} or a folder on its way became a link or a file while the run was prepared or trained: "
-            "nothing was deleted; check what changed the output folder, or choose another --output-dir."
         ) from None

@@ -71,10 +71,18 @@ class RunCheckpointIO(CheckedCheckpointIO):
     Lightning restores anything: a refusal is a :class:`CheckpointError`, and ``train()`` starts over."""
 
     def __init__(
-        self, max_bytes: int, run_dir: Path, module, datamodule, stopping=lambda: None, select_by=None
+        self,
+        max_bytes: int,
+        run_dir: Path,
+        module,
+        datamodule,
+        stopping=lambda: None,
+        select_by=None,
+        inside=None,
     ):
         super().__init__(max_bytes)
         self.run_dir, self.module, self.datamodule = run_dir, module, datamodule
+        self.inside = inside  # the output folder: checkpoints are written in it, never through a link
         self.stopping = stopping  # a new EarlyStopping as fit() builds it for the run, or None
         self.select_by = select_by  # what the best epoch is chosen by
 
@@ -92,7 +100,7 @@ class RunCheckpointIO(CheckedCheckpointIO):
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__}.save_checkpoint takes no storage_options.")
-        with atomic_file(path, "wb") as handle:
+        with atomic_file(path, "wb", self.inside) as handle:
             torch.save(checkpoint, handle)
 
 

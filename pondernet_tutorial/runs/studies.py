@@ -559,11 +559,13 @@ def write_study_tables(
     record = {"study": study.name, "description": study.description, "quick": quick, "n_runs": len(runs)}
     record.update(info)
     with folder_lock(out, wait=True, doing="writing its tables"):
-        (out / "study.json").unlink(missing_ok=True)  # written last, it vouches for the tables
-        (out / "halting.csv").unlink(missing_ok=True)  # not left from an earlier sweep
+        check_inside(out, root, "study folder")  # again: the lock's wait may have let it change
+        # removed and written in the study folder itself, reached without following a link
+        remove_inside(out / "study.json", root, missing_ok=True)  # written last, it vouches for the tables
+        remove_inside(out / "halting.csv", root, missing_ok=True)  # not left from an earlier sweep
         for name, table in tables.items():
-            write_csv(out / f"{name}.csv", table, index=False, float_format="%.6g")
-        write_json(out / "study.json", record)
+            write_csv(out / f"{name}.csv", table, root, index=False, float_format="%.6g")
+        write_json(out / "study.json", record, root)
     return tables
 
 

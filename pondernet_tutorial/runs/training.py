@@ -50,6 +50,7 @@ from .files import (
     check_unlocked,
     folder_lock,
     is_write_refusal,
+    open_inside,
     remove_inside,
     write_csv,
     write_failed,
@@ -257,8 +258,8 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
                 if run_dir.exists() and not resume:  # an unfinished or damaged run, or one to overwrite
                     remove_inside(run_dir, config.output_dir)
                 check_inside(run_dir, config.output_dir)  # what the lock's wait may have let change
-                run_dir.mkdir(parents=True, exist_ok=True)
-                write_json(run_dir / RESUME_FILE, {"identity": identity})
+                os.close(open_inside(run_dir, config.output_dir, make=True))  # made, never through a link
+                write_json(run_dir / RESUME_FILE, {"identity": identity}, config.output_dir)
                 mark_parent()  # the ranks that fit() starts end with this process
             clock, loggers = EpochClock(), None
             try:
@@ -288,6 +289,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
                             config.early_stopping_patience, config.stop_at_val_acc or None, config.epochs
                         ),
                         select_by=config.select_by,
+                        inside=config.output_dir,
                     ),
                     **trainer_options(config),
                 )
@@ -317,7 +319,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
             return module, None
 
         rows = read_history(run_dir / "logs")
-        write_csv(run_dir / "history.csv", pd.DataFrame(rows), index=False)
+        write_csv(run_dir / "history.csv", pd.DataFrame(rows), config.output_dir, index=False)
         restored = len(rows) if clock.first_epoch is None else clock.first_epoch  # by earlier processes
         epoch_times = [row["epoch_time_s"] for row in rows]
         train_times = [row.get("train_time_s", row["epoch_time_s"]) for row in rows]
@@ -349,11 +351,11 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
             "versions": library_versions(),
             "quick": bool(config.quick or config.train_subset),
         }
-        write_json(run_dir / "metadata.json", metadata)
+        write_json(run_dir / "metadata.json", metadata, config.output_dir)
         # the model file first (written whole, then renamed into place): a run with it is complete.
         # Only then go what a rerun would resume from, so that a kill at any moment leaves a finished
         # run or a resumable one, never a lost training
-        save_weights(module, run_dir / WEIGHTS)
+        save_weights(module, run_dir / WEIGHTS, config.output_dir)
         remove_inside(run_dir / "checkpoints", config.output_dir, missing_ok=True)
         remove_inside(run_dir / RESUME_FILE, config.output_dir, missing_ok=True)
         return module, metadata

@@ -68,7 +68,7 @@ def install(mode: str, name: str = "", under: str = "", log: str | None = None) 
         if event != "open" or state["busy"]:
             return
         path = _opened_for_writing(args)
-        if path is None:
+        if path is None or not os.path.isabs(path):  # a name in a held folder: seen by os.open's wrapper
             return
         if mode == "log":
             if os.path.abspath(path) == os.path.abspath(log):
@@ -80,12 +80,36 @@ def install(mode: str, name: str = "", under: str = "", log: str | None = None) 
             finally:
                 state["busy"] = False
             return
-        base, folder = os.path.basename(path), os.path.dirname(os.path.abspath(path))
+        arm(os.path.abspath(path))
+
+    def arm(path: str) -> None:
+        base, folder = os.path.basename(path), os.path.dirname(path)
         if (base == name or base.startswith(f".{name}.")) and under in folder:
             resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 
     sys.addaudithook(hook)
     _route_torch_save()
+    _see_folder_descriptors(arm, mode == "log" and log)
+
+
+def _see_folder_descriptors(arm, log) -> None:
+    """The package writes a run's files by name in a folder it holds open (``os.open(name,
+    dir_fd=folder)``); the audit event names the file alone, so ``os.open`` is wrapped to see the
+    folder too (its path, from ``/proc/self/fd``)."""
+    real = os.open
+
+    @functools.wraps(real)
+    def open_(path, flags, mode=0o777, *, dir_fd=None):
+        if dir_fd is not None and not isinstance(path, int) and flags & WRITE_FLAGS:
+            full = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), os.fsdecode(path))
+            if log:
+                with open(log, "a") as handle:
+                    handle.write(f"{os.getpid()} {full}\n")
+            else:
+                arm(full)
+        return real(path, flags, mode, dir_fd=dir_fd)
+
+    os.open = open_
 
 
 def install_from_environment() -> None:

@@ -100,3 +100,49 @@ def test_a_runs_table_that_names_a_run_twice_is_refused(tmp_path):
     assert len(load_table(tmp_path, _runs("run"), "per_sample.csv.gz")) == 2
     with pytest.raises(DamagedFileError, match="names 'run' twice"):
         load_table(tmp_path, _runs("run", "run"), "per_sample.csv.gz")
+
+
+def test_a_write_never_goes_through_a_folder_swapped_for_a_link(tmp_path):
+    """atomic_file wrote by path: a folder on the way swapped for a link after the checks had every
+    write of a run land outside the output folder (break: ``inside`` ignored, the write by path)."""
+    from pondernet_tutorial.runs.files import atomic_file, write_json
+
+    out, victim = tmp_path / "out", tmp_path / "victim"
+    write_json(out / "a" / "b" / "record.json", {"mine": 1}, out)  # made where missing, inside
+    assert (out / "a" / "b" / "record.json").read_text() == '{\n  "mine": 1\n}\n'
+    (victim / "b").mkdir(parents=True)
+    (victim / "b" / "record.json").write_text("a user's file")
+    (out / "a").rename(tmp_path / "moved")
+    (out / "a").symlink_to(victim, target_is_directory=True)
+    with pytest.raises(FileExistsError, match="became a link or a file .* nothing was written or deleted"):
+        write_json(out / "a" / "b" / "record.json", {"theirs": 1}, out)
+    with pytest.raises(FileExistsError), atomic_file(out / "a" / "b" / "new.bin", "wb", inside=out) as handle:
+        handle.write(b"x")
+    assert (victim / "b" / "record.json").read_text() == "a user's file"
+    assert sorted(p.name for p in (victim / "b").iterdir()) == ["record.json"]
+
+
+def test_a_run_folder_swapped_for_a_link_after_training_is_never_written_through(tmp_path, monkeypatch):
+    """The run's parent swapped for a link between fit() and the final save: history.csv, metadata.json
+    and model.safetensors replaced a victim's files of those names (break: the final writes by path)."""
+    from pondernet_tutorial.runs import training
+
+    config = test_faults.tiny(tmp_path / "out")
+    victim = tmp_path / "victim" / config.run_dir.name
+    victim.mkdir(parents=True)
+    for name in ("history.csv", "metadata.json", "model.safetensors"):
+        (victim / name).write_text("a user's file\n")
+    real = training.read_history
+
+    def swap_then_read(logs):
+        rows = real(logs)
+        config.run_dir.parent.rename(tmp_path / "moved")
+        config.run_dir.parent.symlink_to(victim.parent, target_is_directory=True)
+        return rows
+
+    monkeypatch.setattr(training, "read_history", swap_then_read)
+    with pytest.raises(FileExistsError, match="became a link or a file"):
+        training.train(config)
+    assert {p.name: p.read_text() for p in victim.iterdir()} == dict.fromkeys(
+        ("history.csv", "metadata.json", "model.safetensors"), "a user's file\n"
+    )
