@@ -83,6 +83,15 @@ def is_write_refusal(error: BaseException) -> bool:
     return isinstance(error, OSError) and error.errno in WRITE_ERRNOS
 
 
+# the system opens, stats, renames and removes a name inside a folder held open (POSIX): a run's writes
+# and removals then go through its folder's descriptor; elsewhere (Windows) by path, after check_inside
+HELD_FOLDERS = (
+    {os.open, os.stat, os.unlink, os.rename, os.mkdir} <= os.supports_dir_fd
+    and os.listdir in os.supports_fd
+    and hasattr(os, "O_NOFOLLOW")
+)
+
+
 def _temp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}{TEMP_SUFFIX}")
 
@@ -126,7 +135,9 @@ def atomic_file(path: str | os.PathLike, mode: str = "w", inside=None, **open_op
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_file writes a whole file: mode 'w' or 'wb', got {mode!r}.")
     path = Path(path)
-    folder = None if inside is None else open_inside(path.parent, inside, make=True)
+    if inside is not None and not HELD_FOLDERS:
+        check_inside(path.parent, inside)  # the best a system without descriptors of folders allows
+    folder = open_inside(path.parent, inside, make=True) if inside is not None and HELD_FOLDERS else None
     # with a folder's descriptor, every name below is looked up in that folder, never through a path
     name, temp = (path.name, _temp_name(path).name) if folder is not None else (path, _temp_name(path))
     try:
@@ -389,7 +400,7 @@ def remove_inside(path: Path, output_dir, missing_ok: bool = False) -> None:
     if path.parent.absolute() != Path(output_dir).expanduser().absolute():
         check_inside(path.parent, output_dir)
     try:
-        if not getattr(os, "O_NOFOLLOW", 0) or sys.version_info < (3, 11):  # rmtree: dir_fd from 3.11
+        if not HELD_FOLDERS or sys.version_info < (3, 11):  # rmtree takes a dir_fd from Python 3.11
             if path.is_symlink() or not path.is_dir():
                 path.unlink(missing_ok=missing_ok)
             else:

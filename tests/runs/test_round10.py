@@ -146,3 +146,19 @@ def test_a_run_folder_swapped_for_a_link_after_training_is_never_written_through
     assert {p.name: p.read_text() for p in victim.iterdir()} == dict.fromkeys(
         ("history.csv", "metadata.json", "model.safetensors"), "a user's file\n"
     )
+
+
+def test_where_folders_cannot_be_held_open_a_write_is_checked_by_path(tmp_path, monkeypatch):
+    """Windows has no descriptors of folders (os.open takes no dir_fd there): atomic_file then checks
+    the folder's path before it writes (break: the fallback without check_inside)."""
+    from pondernet_tutorial.runs import files
+
+    monkeypatch.setattr(files, "HELD_FOLDERS", False)
+    out, victim = tmp_path / "out", tmp_path / "victim"
+    files.write_json(out / "a" / "record.json", {"mine": 1}, out)
+    victim.mkdir()
+    (out / "a").rename(tmp_path / "moved")
+    (out / "a").symlink_to(victim, target_is_directory=True)
+    with pytest.raises(FileExistsError, match="symbolic link or lies outside"):
+        files.write_json(out / "a" / "record.json", {"theirs": 1}, out)
+    assert list(victim.iterdir()) == []
