@@ -67,14 +67,16 @@ def check_batch(batch, model) -> None:
 
 def check_step_returns(model, x) -> None:
     """One step of ``model``'s step function on two inputs, in eval mode (no batch statistics move, no
-    dropout draws), must return three values ``(ŷ_n, z_n, h_next)``: a step that returns two, or
-    ``None``, would fail in the unroll's unpacking in Python's words."""
+    dropout draws) and on a copy of the random state, must return three values ``(ŷ_n, z_n,
+    h_next)``: a step that returns two, or ``None``, would fail in the unroll's unpacking in Python's
+    words."""
     step_function = getattr(model, "step_function", None)
     if step_function is None or not isinstance(x, Tensor):
         return
     training = step_function.training
+    devices = [x.device] if x.device.type == "cuda" else []  # a step may draw (a random first state)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):
             context = step_function.eval().encode(x[:2])
             out = step_function.step(context, step_function.initial_state(context))
     finally:

@@ -357,10 +357,16 @@ def open_inside(folder: Path, output_dir, make: bool = False) -> int:
     """A descriptor of ``folder``, reached from ``output_dir`` one folder at a time without following a
     link (each folder made where missing, with ``make``): a folder on the way swapped for a link after
     :func:`check_inside` is refused in one line, never followed out of the output folder."""
-    base = Path(output_dir).expanduser()
-    parts = [p for p in Path(os.path.relpath(Path(folder).absolute(), base.absolute())).parts if p != "."]
+    base, folder = Path(output_dir).expanduser(), Path(folder).expanduser()
+    relative = Path(os.path.relpath(folder.absolute(), base.absolute()))
+    if relative.parts[:1] == ("..",):  # named by its real path (Lightning's), the output folder by a link
+        relative = Path(os.path.relpath(folder.resolve(), base.resolve()))
+    parts = [p for p in relative.parts if p != "."]
     if ".." in parts:
-        check_inside(folder, output_dir)  # one line that names it
+        raise FileExistsError(
+            f"{folder} lies outside {output_dir}, or a folder on its way became a link: nothing was written "
+            "or deleted through it; check what changed the output folder, or choose another --output-dir."
+        )
     nofollow = getattr(os, "O_NOFOLLOW", 0)
     flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
     if make:
@@ -400,7 +406,7 @@ def remove_inside(path: Path, output_dir, missing_ok: bool = False) -> None:
     if path.parent.absolute() != Path(output_dir).expanduser().absolute():
         check_inside(path.parent, output_dir)
     try:
-        if not HELD_FOLDERS or sys.version_info < (3, 11):  # rmtree takes a dir_fd from Python 3.11
+        if not HELD_FOLDERS:
             if path.is_symlink() or not path.is_dir():
                 path.unlink(missing_ok=missing_ok)
             else:
@@ -425,7 +431,7 @@ def remove_inside(path: Path, output_dir, missing_ok: bool = False) -> None:
                     "check what changed the output folder, or choose another --output-dir."
                 )
             if stat.S_ISDIR(info.st_mode):
-                shutil.rmtree(path.name, dir_fd=fd)
+                _rmtree_in(path.name, fd)
             else:
                 os.unlink(path.name, dir_fd=fd)
         finally:
@@ -434,3 +440,22 @@ def remove_inside(path: Path, output_dir, missing_ok: bool = False) -> None:
         raise FileExistsError(
             f"{path} holds folders nested too deep to delete: remove it by hand, or choose another output folder."
         ) from None
+
+
+def _rmtree_in(name: str, folder: int) -> None:
+    """Remove the folder ``name`` of the folder held open as ``folder``, and all in it, never following
+    a link: ``shutil.rmtree(dir_fd=...)``, or on Python 3.10 (whose rmtree takes no dir_fd) the same
+    walk by descriptors."""
+    if sys.version_info >= (3, 11):
+        shutil.rmtree(name, dir_fd=folder)
+        return
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+    try:
+        for entry in os.scandir(fd):
+            if entry.is_dir(follow_symlinks=False):
+                _rmtree_in(entry.name, fd)
+            else:
+                os.unlink(entry.name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=folder)

@@ -31,7 +31,7 @@ from ..checkpointing import (
 from ..untrusted import MAX_TABLE_BYTES, CheckpointError, DamagedFileError, read_json, read_table
 from .checkpoints import read_header
 from .config import WEIGHTS, check_same_identity, identity_differences
-from .files import atomic_file, plain
+from .files import atomic_file, plain, remove_inside
 from .options import MAX_PARAMETERS
 from .processes import is_rank_zero
 
@@ -100,8 +100,23 @@ class RunCheckpointIO(CheckedCheckpointIO):
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__}.save_checkpoint takes no storage_options.")
-        with atomic_file(path, "wb", self.inside) as handle:
+        with atomic_file(self._in_checkpoints(path), "wb", self.inside) as handle:
             torch.save(checkpoint, handle)
+
+    def remove_checkpoint(self, path) -> None:
+        if self.inside is None:
+            return super().remove_checkpoint(path)
+        remove_inside(self._in_checkpoints(path), self.inside, missing_ok=True)  # never through a link
+
+    def _in_checkpoints(self, path) -> Path:
+        """``path``, which Lightning names by its real path, as the run's own checkpoints folder names it
+        (the output folder may be given through a link of the user's)."""
+        folder = self.run_dir / "checkpoints"
+        if self.inside is None:
+            return Path(path)
+        if Path(path).parent.resolve() != folder.resolve():
+            raise CheckpointError(f"{path} does not lie in {folder}: a run writes checkpoints only there.")
+        return folder / Path(path).name
 
 
 def replay_plateau_step(checkpoint: dict, last: dict) -> None:

@@ -584,6 +584,7 @@ def prune_for_shipping(studies, root: Path, plan: dict[str, list[TrainConfig]] |
     for run_dir, keep in level.items():
         if not run_dir.is_dir():
             continue
+        check_inside(run_dir, root)  # before its lock: no lock file made through a link
         with folder_lock(run_dir, wait=True, doing="training or evaluating it"):
             # each removal reached without following a link: never through a folder swapped for one
             remove_inside(run_dir / "logs", root, missing_ok=True)

@@ -62,13 +62,13 @@ def install(mode: str, name: str = "", under: str = "", log: str | None = None) 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGXFSZ would dump core otherwise
     # Python ignores SIGXFSZ (a write past the limit then fails with EFBIG): kill restores its default
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL if mode == "kill" else signal.SIG_IGN)
-    state = {"busy": False}
+    state = {"busy": False, "held": False}
 
     def hook(event, args):
         if event != "open" or state["busy"]:
             return
         path = _opened_for_writing(args)
-        if path is None or not os.path.isabs(path):  # a name in a held folder: seen by os.open's wrapper
+        if path is None or state["held"]:  # a name in a held folder: os.open's wrapper saw it whole
             return
         if mode == "log":
             if os.path.abspath(path) == os.path.abspath(log):
@@ -89,10 +89,10 @@ def install(mode: str, name: str = "", under: str = "", log: str | None = None) 
 
     sys.addaudithook(hook)
     _route_torch_save()
-    _see_folder_descriptors(arm, mode == "log" and log)
+    _see_folder_descriptors(arm, mode == "log" and log, state)
 
 
-def _see_folder_descriptors(arm, log) -> None:
+def _see_folder_descriptors(arm, log, state) -> None:
     """The package writes a run's files by name in a folder it holds open (``os.open(name,
     dir_fd=folder)``); the audit event names the file alone, so ``os.open`` is wrapped to see the
     folder too (its path, from ``/proc/self/fd``)."""
@@ -107,6 +107,11 @@ def _see_folder_descriptors(arm, log) -> None:
                     handle.write(f"{os.getpid()} {full}\n")
             else:
                 arm(full)
+            state["held"] = True  # the audit hook, which sees the name alone, leaves it
+            try:
+                return real(path, flags, mode, dir_fd=dir_fd)
+            finally:
+                state["held"] = False
         return real(path, flags, mode, dir_fd=dir_fd)
 
     os.open = open_

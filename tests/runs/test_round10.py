@@ -162,3 +162,99 @@ def test_where_folders_cannot_be_held_open_a_write_is_checked_by_path(tmp_path, 
     with pytest.raises(FileExistsError, match="symbolic link or lies outside"):
         files.write_json(out / "a" / "record.json", {"theirs": 1}, out)
     assert list(victim.iterdir()) == []
+
+
+def test_on_python_3_10_a_removal_also_never_goes_through_a_link(tmp_path, monkeypatch):
+    """Python 3.10's rmtree takes no dir_fd: remove_inside removed by path there, so a folder on the way
+    swapped for a link after the check had it delete outside (break: the by-path branch for 3.10)."""
+    from types import SimpleNamespace
+
+    from pondernet_tutorial.runs import files
+
+    monkeypatch.setattr(files, "sys", SimpleNamespace(version_info=(3, 10)))
+    out, victim = tmp_path / "out", tmp_path / "victim"
+    (victim / "run" / "sub").mkdir(parents=True)
+    (victim / "run" / "sub" / "precious.txt").write_text("a user's file")
+    run = out / "variant" / "run"
+    (run / "deep" / "deeper").mkdir(parents=True)
+    (run / "deep" / "deeper" / "file").write_text("x")
+    (run / "link").symlink_to(victim, target_is_directory=True)  # removed, never followed
+    files.remove_inside(run, out)
+    assert not run.exists() and (victim / "run" / "sub" / "precious.txt").exists()
+    run.mkdir()
+    (out / "variant").rename(tmp_path / "moved")
+    (out / "variant").symlink_to(victim, target_is_directory=True)
+    monkeypatch.setattr(files, "check_inside", lambda *args, **kwargs: None)  # the swap came after it
+    with pytest.raises(FileExistsError, match="became a link or a file"):
+        files.remove_inside(run, out)
+    assert (victim / "run" / "sub" / "precious.txt").read_text() == "a user's file"
+
+
+def test_an_output_folder_given_through_a_link_of_the_users_trains_and_resumes(tmp_path, monkeypatch):
+    """Lightning names a checkpoint by its real path; measured from an output folder given through a
+    link (a linked data disk; macOS's /tmp), it lay "outside", and every run failed at its first save
+    (the re-check of round 10). Breaks: RunCheckpointIO writing by Lightning's real path and
+    open_inside without its real-path fallback, together (either alone holds)."""
+    from test_resume import stop_at_epoch
+
+    from pondernet_tutorial.runs.processes import Interrupted
+    from pondernet_tutorial.runs.training import train
+
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "disk", target_is_directory=True)
+    config = test_faults.tiny(tmp_path / "link" / "runs", epochs=3)
+    stop_at_epoch(monkeypatch, 2, [])
+    with pytest.raises(Interrupted):
+        train(config)
+    monkeypatch.undo()
+    _, metadata = train(config)
+    assert metadata["resumed"] and metadata["epochs_run"] == 3
+    real = tmp_path / "disk" / config.run_dir.relative_to(tmp_path / "link")
+    assert (real / "model.safetensors").is_file() and not (real / "checkpoints").exists()
+
+
+def test_a_folder_named_by_its_real_path_is_written_inside_an_output_folder_given_through_a_link(tmp_path):
+    """Break: open_inside without its real-path fallback (the name climbed out with '..')."""
+    from pondernet_tutorial.runs.files import write_json
+
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "disk", target_is_directory=True)
+    write_json(tmp_path / "disk" / "run" / "record.json", {"a": 1}, inside=tmp_path / "link")
+    assert (tmp_path / "disk" / "run" / "record.json").is_file()
+    with pytest.raises(FileExistsError, match="lies outside"):
+        write_json(tmp_path / "elsewhere" / "record.json", {"a": 1}, inside=tmp_path / "link")
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_the_dry_step_that_checks_a_step_changes_no_draw_of_training(tmp_path, monkeypatch):
+    """fit()'s one dry step (check_step_returns) drew from the global generator where a step's first
+    state is random: the weights trained differed from those without the check, and a resumed run
+    would draw differently from one trained in one go (break: the dry step without fork_rng)."""
+    import lightning as L
+    from torch.utils.data import TensorDataset
+
+    from pondernet_tutorial import PonderLitModule, PonderNet, fit, fitting
+    from pondernet_tutorial.steps.parity import ParityStep
+
+    class NoisyStart(ParityStep):  # a small random first state, a common choice
+        def initial_state(self, context):
+            return 0.01 * torch.randn(context.shape[0], self.hidden_size, dtype=context.dtype)
+
+    x = torch.randint(-1, 2, (32, 8)).float()
+    y = (x == 1).sum(1) % 2
+
+    def trained(check) -> dict:
+        monkeypatch.setattr(fitting, "check_step_returns", check)
+        L.seed_everything(0, verbose=False)
+        module = PonderLitModule(PonderNet(NoisyStart(8, hidden_size=8), max_steps=3))
+        data = L.LightningDataModule.from_datasets(TensorDataset(x, y), batch_size=8)  # no validation
+        # (Lightning's sanity check isolates the random state: the first check of a training batch does not)
+        quiet = dict(enable_progress_bar=False, enable_model_summary=False, logger=False)
+        fit(module, data, 1, default_root_dir=tmp_path / check.__name__, **quiet)
+        return module.state_dict()
+
+    def unchecked(model, batch_inputs):
+        pass
+
+    with_check, without = trained(fitting.check_step_returns), trained(unchecked)
+    assert all(torch.equal(with_check[k], without[k]) for k in with_check)
