@@ -23,7 +23,7 @@ def check_module(model, lr, lr_schedule, lr_patience, lr_factor, eval_seed) -> d
     if not callable(getattr(model, "loss", None)):  # a step function, not yet in a halting method
         raise TypeError(f"model must be a halting method, e.g. PonderNet({type(model).__name__}(...)).")
     if not is_finite_number(lr) or not lr > 0 or lr_schedule not in ("plateau", "constant"):
-        raise ValueError(f"need lr > 0 and lr_schedule 'plateau' or 'constant', got {lr}, {lr_schedule!r}.")
+        raise ValueError(f"need lr > 0 and lr_schedule 'plateau' or 'constant', got {lr!r}, {lr_schedule!r}.")
     for name, value in (("lr_patience", lr_patience), ("eval_seed", eval_seed)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value < 2**63:
             raise ValueError(f"{name} must be a whole number from 0 to 2**63 - 1, got {value!r}.")

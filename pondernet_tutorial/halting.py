@@ -34,6 +34,8 @@ def check_lambda_p(lambda_p: float, name: str = "lambda_p") -> float:
     (``method="fixed"``, ``max_steps=1``).
     """
     try:
+        if isinstance(lambda_p, (str, bytes)):  # "0.2" is text, refused as every other number's is
+            raise TypeError
         lambda_p = float(lambda_p)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a number strictly between 0 and 1, got {lambda_p!r}.") from None

@@ -161,10 +161,15 @@ def download_mnist(data_dir: str | os.PathLike | None = None) -> Path:
                 MNIST(root=str(root), train=train, download=True)
     except Exception as error:  # no network, or a partial download
         reason = (str(error).strip().splitlines() or [""])[0]
+        # a folder given by the caller (--data-dir) comes before the variable: name what helps
+        elsewhere = (
+            "or give the folder that holds MNIST/raw/ instead (--data-dir, data_dir=)"
+            if data_dir is not None
+            else f"or set the environment variable {DATA_DIR_VARIABLE} to the folder that holds MNIST/raw/"
+        )
         raise MNISTNotFoundError(
             f"MNIST could not be found under {raw} nor downloaded ({type(error).__name__}: {reason}). "
-            f"Put the four IDX files ({', '.join(MNIST_FILES)}) in {raw}, or set the environment "
-            f"variable {DATA_DIR_VARIABLE} to the folder that holds MNIST/raw/, or go online once "
+            f"Put the four IDX files ({', '.join(MNIST_FILES)}) in {raw}, {elsewhere}, or go online once "
             "so that torchvision can download them."
         ) from error
     return raw

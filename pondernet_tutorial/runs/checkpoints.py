@@ -86,6 +86,12 @@ def read_header(path: Path, follow_links: bool = True) -> tuple[dict, bytes]:
     """
     try:
         data = read_regular(path, MAX_WEIGHTS_BYTES, follow_links)  # one open, checked, then read through it
+        if data[:4] == b"PK\x03\x04":  # a zip archive: torch.save's format, a Lightning .ckpt included
+            raise CheckpointError(
+                f"{path} is a PyTorch archive (a checkpoint of fit(), or torch.save's), not a {WEIGHTS}: "
+                "continue training from it with fit(..., ckpt_path=path), and keep a model built in code "
+                "with safetensors.torch.save_model(module, path)."
+            )
         header, weights = _header(data)
         metadata = header.pop("__metadata__", None) or {}
         entries = [_entry(entry) for entry in header.values()]

@@ -424,7 +424,9 @@ def _run(args) -> int:
             _, metadata = train(config, overwrite=args.overwrite)
             if metadata is not None:  # None on the other ranks of a multi-process run: rank 0 reports
                 print(
-                    f"best val accuracy {metadata['best_val_acc']:.4f} (epoch {metadata['best_epoch'] + 1}, "
+                    # the n-th of the epochs run (history.csv and metadata.json count from 0)
+                    f"best val accuracy {metadata['best_val_acc']:.4f} (epoch {metadata['best_epoch'] + 1} of "
+                    f"{metadata['epochs_run']}, "
                     f"stopped by {metadata['stopped_by']}), {metadata['wall_time_s']} s -> {config.run_dir}"
                 )
         elif args.command == "evaluate":

@@ -178,7 +178,13 @@ def test_missing_mnist_offline_gives_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(tv_mnist.MNIST, "resources", [("https://invalid.invalid/x.gz", None)])
     with pytest.raises(MNISTNotFoundError) as info:
         load_mnist(train=True, data_dir=tmp_path)
-    assert DATA_DIR_VARIABLE in str(info.value) and "train-images-idx3-ubyte" in str(info.value)
+    # a folder given by the caller comes before the variable: the advice names the folder, not it
+    assert "(--data-dir, data_dir=)" in str(info.value) and "train-images-idx3-ubyte" in str(info.value)
+    assert DATA_DIR_VARIABLE not in str(info.value)
+    monkeypatch.setenv(DATA_DIR_VARIABLE, str(tmp_path))
+    with pytest.raises(MNISTNotFoundError) as info:
+        load_mnist(train=True)
+    assert DATA_DIR_VARIABLE in str(info.value)
 
 
 def test_damaged_mnist_file_is_named(tmp_path):

@@ -411,3 +411,13 @@ def test_mnist_images_left_in_0_255_or_normalised_are_named_outside_training():
             model.eval().infer(wrong)
         model.train()(wrong)  # no check in training's step
     model.eval().infer(images)
+
+
+def test_numbers_given_as_text_are_refused_and_shown_as_text():
+    """PonderNet took lambda_p="0.2" where beta="0.01" was refused, and lr="1e-3" was refused as
+    "got 1e-3", which reads as a valid rate (a reuse review; breaks: float() of any text, the rate
+    printed without its quotes)."""
+    with pytest.raises(ValueError, match="lambda_p must be a number strictly between 0 and 1, got '0.2'"):
+        PonderNet(Step(), max_steps=3, lambda_p="0.2")
+    with pytest.raises(ValueError, match="got '1e-3', 'plateau'"):
+        PonderLitModule(PonderNet(Step(), max_steps=3), lr="1e-3")
