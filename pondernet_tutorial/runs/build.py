@@ -134,11 +134,12 @@ def use_cuda_graph(config: TrainConfig, trainer: L.Trainer) -> bool:
 
 def make_loggers(config: TrainConfig, save_dir: Path) -> list:
     """The run's loggers, offline: Lightning's csv logger, always (``version_<n>/metrics.csv``, one
-    folder per process that trains the run: the history, :func:`~.resume.read_history`), and the
-    configured one besides: tensorboard or wandb (``offline=True``)."""
+    folder per process that trains the run: the history, :func:`~.resume.read_history`), its file
+    written whole in the run folder held open (:func:`held_csv_logger`), and the configured one
+    besides: tensorboard or wandb (``offline=True``; they write by path)."""
     from lightning.pytorch import loggers
 
-    csv = loggers.CSVLogger(save_dir, name="")
+    csv = held_csv_logger(save_dir, config.output_dir)
     if config.logger == "tensorboard":
         return [csv, loggers.TensorBoardLogger(save_dir, name="", version="")]
     if config.logger == "wandb":
@@ -148,6 +149,50 @@ def make_loggers(config: TrainConfig, save_dir: Path) -> list:
         )
         return [csv, wandb]
     return [csv]
+
+
+def held_csv_logger(save_dir: Path, inside):
+    """Lightning's csv logger, whose ``metrics.csv`` is written whole after every save, in its folder
+    reached from the output folder ``inside`` without following a link (:func:`~.files.atomic_file`):
+    Lightning's own writer appends by path, so a file swapped for a link during training would have
+    been written through. Its ``hparams.yaml`` is not written (``metadata.json`` records them)."""
+    import csv
+
+    from lightning.pytorch import loggers
+    from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+    from lightning.pytorch.loggers.logger import rank_zero_experiment
+
+    from .files import atomic_file
+
+    class HeldWriter(ExperimentWriter):
+        def __init__(self, log_dir: str):
+            self.rows: list[dict] = []  # this process's rows: a resumed run logs to a new version_<n>
+            super().__init__(log_dir)
+
+        def log_hparams(self, params) -> None:
+            self.hparams.update(params)
+
+        def save(self) -> None:
+            if not self.metrics:
+                return
+            self._record_new_keys()
+            self.rows += self.metrics
+            with atomic_file(Path(self.metrics_file_path), "w", inside) as file:
+                writer = csv.DictWriter(file, fieldnames=self.metrics_keys)
+                writer.writeheader()
+                writer.writerows(self.rows)
+            self.metrics = []
+
+    class HeldCSVLogger(loggers.CSVLogger):
+        @property
+        @rank_zero_experiment
+        def experiment(self):
+            if self._experiment is None:
+                self._fs.makedirs(self.root_dir, exist_ok=True)
+                self._experiment = HeldWriter(log_dir=self.log_dir)
+            return self._experiment
+
+    return HeldCSVLogger(save_dir, name="")
 
 
 class MissingPackageError(ValueError):

@@ -258,3 +258,26 @@ def test_the_dry_step_that_checks_a_step_changes_no_draw_of_training(tmp_path, m
 
     with_check, without = trained(fitting.check_step_returns), trained(unchecked)
     assert all(torch.equal(with_check[k], without[k]) for k in with_check)
+
+
+def test_a_metrics_file_swapped_for_a_link_while_training_is_never_written_through(tmp_path, monkeypatch):
+    """Lightning's csv writer appended by path: metrics.csv swapped for a link after an epoch had the
+    next epochs appended to a file outside the output folder (the re-check of round 10; break: the
+    plain CSVLogger in make_loggers). The history still holds every epoch: the file is written whole."""
+    from pondernet_tutorial.runs import training
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("a user's file\n")
+    config = test_faults.tiny(tmp_path / "runs", epochs=3)
+    original = training.EpochClock.on_train_epoch_end
+
+    def swap(self, trainer, pl_module):
+        original(self, trainer, pl_module)
+        if trainer.current_epoch == 0:
+            metrics = config.run_dir / "logs" / "version_0" / "metrics.csv"
+            metrics.unlink()
+            metrics.symlink_to(victim)
+
+    monkeypatch.setattr(training.EpochClock, "on_train_epoch_end", swap)
+    _, metadata = training.train(config)
+    assert victim.read_text() == "a user's file\n" and metadata["epochs_run"] == 3
