@@ -683,17 +683,20 @@ def test_a_file_size_limit_while_checkpointing_names_the_checkpoint_not_a_stagin
 
 
 def test_a_logger_write_that_names_no_file_names_its_file_in_the_run_folder(tmp_path, monkeypatch, capsys):
-    """Lightning's csv logger hits the full disk: its OSError names no file. Before: 'could not use .'."""
-    from lightning.fabric.loggers import csv_logs
+    """The csv logger hits the full disk while it writes its rows: the OSError names no file. Before:
+    'could not use .'. The run's logger writes metrics.csv whole (build.held_csv_logger), so the line
+    names the file and says that nothing was left half-written."""
+    import csv
 
     def refuse(self, *args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(csv_logs._ExperimentWriter, "save", refuse)
+    monkeypatch.setattr(csv.DictWriter, "writerows", refuse)
     assert cli.main(["train", *map(str, TINY_ARGS), "--output-dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     metrics = test_faults.tiny(tmp_path).run_dir / "logs" / "version_0" / "metrics.csv"
-    assert err[-1].startswith(f"error: could not use {metrics} (No space left on device; "), err[-1]
+    assert err[-1].startswith(f"error: could not write {metrics} (No space left on device; "), err[-1]
+    assert "nothing was left half-written" in err[-1]
     assert "MiB free" in err[-1] and leftovers(tmp_path) == []
 
 

@@ -133,7 +133,8 @@ def test_missing_mnist_offline_is_a_user_error(monkeypatch, tmp_path, capsys):
     )
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and "PONDERNET_DATA_DIR" in lines[0] and not captured.out
+    # the folder was given: the advice names it (--data-dir), not the environment variable
+    assert code == 2 and len(lines) == 1 and "(--data-dir, data_dir=)" in lines[0] and not captured.out
     assert not (tmp_path / "runs").exists()  # nothing written
 
 
