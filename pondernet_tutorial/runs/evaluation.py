@@ -50,6 +50,15 @@ COVERAGE = 0.95  # the share of the coin draws inside a seed's coin interval (th
 # logit): their evaluation also writes DECISIONS, how often q_n > 0 says what c_n is
 DECISION_HEADS = ("trm", "hrm")
 DECISIONS = "decisions.csv"
+# every file an evaluation writes in a run folder (what a run folder may hold besides training's files)
+EVALUATION_FILES = (
+    *RUN_TABLES,
+    DECISIONS,
+    "per_sample.csv.gz",
+    "evaluation.json",
+    "halting.csv",
+    "halting.json",
+)
 DECISION_COUNTS = ("pairs", "right", "positive", "correct")
 
 

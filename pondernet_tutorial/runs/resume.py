@@ -159,11 +159,12 @@ MAX_ENTRIES = 10_000  # files in an unfinished run's folder: a few checkpoints a
 
 
 class KeptRunError(CheckpointError):
-    """An unfinished run that cannot continue as it is, but whose last.ckpt may be whole: kept as it is
-    (never trained again over), in one line that says why and what to do."""
+    """A run folder that train() would remove and train again, kept as it is: an unfinished run whose
+    last.ckpt may be whole, or a folder that holds what no run writes (the user's), in one line that
+    says why and what to do."""
 
-    def __init__(self, run_dir: Path, reason: str, remedy: str):
-        super().__init__(f"the unfinished run in {run_dir} is kept: {reason}. {remedy}")
+    def __init__(self, run_dir: Path, reason: str, remedy: str, what: str = "unfinished run"):
+        super().__init__(f"the {what} in {run_dir} is kept: {reason}. {remedy}")
         self.reason = reason  # what --overwrite's line says when it trains the run again
 
 
@@ -477,6 +478,24 @@ def resumable(run_dir: Path, identity: dict, datamodule, overwrite: bool = False
     if not os.path.lexists(run_dir / "checkpoints" / "last.ckpt"):  # a link too: refused above
         return False
     return saved == plain(identity)
+
+
+def check_only_run_files(run_dir: Path) -> None:
+    """Raise :class:`KeptRunError` if ``run_dir``, which train() is about to remove and train again (a
+    run not finished, damaged, or pruned of its model file), holds an entry that no run writes: a file
+    of the user's is never removed unasked."""
+    from .evaluation import EVALUATION_FILES
+
+    known = {*UNFINISHED, WEIGHTS, *EVALUATION_FILES}
+    with os.scandir(run_dir) as entries:  # stops at the first stranger: no count to bound
+        for entry in entries:
+            if entry.name not in known and not (entry.name.startswith(".") and entry.name.endswith(".tmp")):
+                raise KeptRunError(
+                    run_dir,
+                    f"{entry.name[:80]} is not a file of a run",
+                    "Move it away to train the run here, or pass --overwrite, which removes it.",
+                    "folder",
+                )
 
 
 def read_metadata(run_dir: Path) -> dict | None:

@@ -65,6 +65,7 @@ from .resume import (
     DamagedHistoryError,
     RunCheckpointIO,
     cannot_continue,
+    check_only_run_files,
     completed_run,
     kept_unfinished,
     last_checkpoint,
@@ -213,8 +214,8 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
     Raises:
         RunExistsError: the folder holds this run, finished, and ``overwrite`` is not given.
         ConfigMismatchError: it holds a run of another configuration, and ``overwrite`` is not given.
-        KeptRunError: it holds an unfinished run that cannot continue as it is, and ``overwrite`` is
-            not given.
+        KeptRunError: it holds an unfinished run that cannot continue as it is, or an entry that no
+            run writes (a file of the user's), and ``overwrite`` is not given.
         StepDoesNotFitError: the step function fails on the experiment's data (checked on two samples).
         TrainingDivergedError: the loss or the weights stopped being finite; no model is saved.
         Interrupted: (a ``KeyboardInterrupt``) on Ctrl-C, SIGTERM or SIGHUP; the folder keeps no
@@ -256,6 +257,8 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
         while True:
             if is_rank_zero():
                 if run_dir.exists() and not resume:  # an unfinished or damaged run, or one to overwrite
+                    if not overwrite:
+                        check_only_run_files(run_dir)  # a file of the user's is never removed unasked
                     remove_inside(run_dir, config.output_dir)
                 check_inside(run_dir, config.output_dir)  # what the lock's wait may have let change
                 os.close(open_inside(run_dir, config.output_dir, make=True))  # made, never through a link

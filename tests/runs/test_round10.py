@@ -281,3 +281,25 @@ def test_a_metrics_file_swapped_for_a_link_while_training_is_never_written_throu
     monkeypatch.setattr(training.EpochClock, "on_train_epoch_end", swap)
     _, metadata = training.train(config)
     assert victim.read_text() == "a user's file\n" and metadata["epochs_run"] == 3
+
+
+def test_a_run_pruned_of_its_model_with_a_file_of_the_users_is_kept(tmp_path, capsys):
+    """A finished run pruned of its model file (as shipping's "tables" level leaves it), with a notes
+    file of the user's, was removed whole by the next train() and trained again, silently (the re-check
+    of round 10; break: check_only_run_files left out of _train)."""
+    from pondernet_tutorial.runs.resume import KeptRunError
+    from pondernet_tutorial.runs.training import train
+
+    config = test_faults.tiny(tmp_path)
+    train(config)
+    (config.run_dir / "model.safetensors").unlink()
+    (config.run_dir / "notes.txt").write_text("what I saw\n")
+    before = sorted(p.name for p in config.run_dir.iterdir())
+    with pytest.raises(
+        KeptRunError, match=r"the folder in .* is kept: notes.txt is not a file of a run\. Move it"
+    ):
+        train(config)
+    assert sorted(p.name for p in config.run_dir.iterdir()) == before
+    (config.run_dir / "notes.txt").unlink()  # the run's own files alone: trained again, as before
+    _, metadata = train(config)
+    assert metadata["epochs_run"] == 1 and (config.run_dir / "model.safetensors").is_file()
