@@ -334,8 +334,8 @@ def evaluation_record(config: TrainConfig, limit: int | None, seed: int, set_nam
 
 
 def _datamodule_and_record(config: TrainConfig, limit: int | None, seed: int, sweep: str | None):
+    from .build import make_datamodule
     from .registry import get_experiment
-    from .training import make_datamodule
 
     sweep = sweep or get_experiment(config.experiment).evaluation.get("sweep")
     datamodule = make_datamodule(config, test_rotations=sweep, test_subset=limit)

@@ -213,12 +213,17 @@ SHIPPED_PARITY = PRETRAINED_DIR / "parity-interpolation" / "pondernet-lambda_p=0
 @pytest.fixture
 def nothing_runs(monkeypatch):
     """Training, loading data and evaluating fail the test: a mistake must be found before them."""
-    from pondernet_tutorial.runs import evaluation, studies, training
+    from pondernet_tutorial.runs import build, evaluation, studies, training
 
     def forbidden(*args, **kwargs):
         raise AssertionError("reached training, data or evaluation before the mistake was found")
 
-    for module, name in ((training, "train"), (training, "make_datamodule"), (studies, "run_one")):
+    for module, name in (
+        (training, "train"),
+        (training, "make_datamodule"),
+        (build, "make_datamodule"),  # the evaluation's
+        (studies, "run_one"),
+    ):
         monkeypatch.setattr(module, name, forbidden)
     monkeypatch.setattr(evaluation, "evaluate", forbidden)
 
