@@ -152,17 +152,22 @@ def make_loggers(config: TrainConfig, save_dir: Path) -> list:
 
 
 def held_csv_logger(save_dir: Path, inside):
-    """Lightning's csv logger, whose ``metrics.csv`` is written whole after every save, in its folder
-    reached from the output folder ``inside`` without following a link (:func:`~.files.atomic_file`):
-    Lightning's own writer appends by path, so a file swapped for a link during training would have
-    been written through. Its ``hparams.yaml`` is not written (``metadata.json`` records them)."""
+    """Lightning's csv logger, whose ``metrics.csv`` is written in its folder reached from the output
+    folder ``inside`` without following a link (:func:`~.files.open_inside`): whole at its first save
+    and whenever a column is added (:func:`~.files.atomic_file`), else its new rows appended to the
+    regular file opened there without following a link. Lightning's own writer appends by path, so a
+    file swapped for a link during training would have been written through; one swapped now is
+    replaced whole. Its ``hparams.yaml`` is not written (``metadata.json`` records them)."""
     import csv
+    import errno
+    import os
+    import stat
 
     from lightning.pytorch import loggers
     from lightning.pytorch.loggers.csv_logs import ExperimentWriter
     from lightning.pytorch.loggers.logger import rank_zero_experiment
 
-    from .files import atomic_file
+    from .files import HELD_FOLDERS, atomic_file, open_inside
 
     class HeldWriter(ExperimentWriter):
         def __init__(self, log_dir: str):
@@ -175,13 +180,33 @@ def held_csv_logger(save_dir: Path, inside):
         def save(self) -> None:
             if not self.metrics:
                 return
-            self._record_new_keys()
+            path = Path(self.metrics_file_path)
+            if self._record_new_keys() or not self.rows or not HELD_FOLDERS or not self._append(path):
+                with atomic_file(path, "w", inside) as file:  # the header changes: the whole file anew
+                    writer = csv.DictWriter(file, fieldnames=self.metrics_keys)
+                    writer.writeheader()
+                    writer.writerows([*self.rows, *self.metrics])
             self.rows += self.metrics
-            with atomic_file(Path(self.metrics_file_path), "w", inside) as file:
-                writer = csv.DictWriter(file, fieldnames=self.metrics_keys)
-                writer.writeheader()
-                writer.writerows(self.rows)
             self.metrics = []
+
+        def _append(self, path: Path) -> bool:
+            """Append the new rows to the regular file ``path``; False where it is not one (gone, or
+            swapped for a link: then it is written whole)."""
+            folder = open_inside(path.parent, inside)
+            try:
+                flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK  # a FIFO never blocks
+                fd = os.open(path.name, flags, dir_fd=folder)
+            except OSError as error:
+                if error.errno in (errno.ENOENT, errno.ELOOP, errno.ENXIO):  # gone, a link, a FIFO
+                    return False
+                raise
+            finally:
+                os.close(folder)
+            with open(fd, "w", encoding="utf-8", newline="") as file:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO: never written into
+                    return False
+                csv.DictWriter(file, fieldnames=self.metrics_keys).writerows(self.metrics)
+            return True
 
     class HeldCSVLogger(loggers.CSVLogger):
         @property

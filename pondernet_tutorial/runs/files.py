@@ -96,17 +96,36 @@ def _temp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}{TEMP_SUFFIX}")
 
 
+def _left_by_the_gone(name: str, prefix: str = ".") -> bool:
+    """Whether ``name`` is a temporary file of a whole write (its name starting with ``prefix``) whose
+    process is gone: killed mid-write."""
+    if not (name.startswith(prefix) and name.endswith(TEMP_SUFFIX)):
+        return False
+    pid = name[: -len(TEMP_SUFFIX)].rsplit(".", 1)[-1].split("-", 1)[0]
+    return pid.isdigit() and not pid_alive(int(pid))
+
+
 def _remove_stale_temps(path: Path, folder: int | None = None) -> None:
     """Remove temporary files of ``path`` left by processes that are gone (killed mid-write); ``folder``:
     a descriptor of its folder, where the names are looked up."""
-    prefix = f".{path.name}."
     for name in os.listdir(path.parent if folder is None else folder):
-        if not (name.startswith(prefix) and name.endswith(TEMP_SUFFIX)):
-            continue
-        pid = name[len(prefix) :].split("-", 1)[0]
-        if pid.isdigit() and not pid_alive(int(pid)):
+        if _left_by_the_gone(name, f".{path.name}."):
             with contextlib.suppress(OSError):
                 os.unlink(name if folder is not None else path.parent / name, dir_fd=folder)
+
+
+def remove_stale_temps(folder: Path, inside) -> None:
+    """Remove the temporary files in ``folder`` (reached from the output folder ``inside`` without
+    following a link) that processes now gone left mid-write, of any file: those of a file that is
+    never written again (an earlier sitting's metrics.csv) would stay otherwise."""
+    fd = open_inside(folder, inside)
+    try:
+        for name in os.listdir(fd):
+            if _left_by_the_gone(name):
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -26,6 +26,7 @@ from ..checkpointing import (
     check_fits,
     check_plateau_schedule,
     holds_adam_state,
+    printable,
     read_checkpoint_file,
 )
 from ..untrusted import MAX_TABLE_BYTES, CheckpointError, DamagedFileError, read_json, read_table
@@ -164,6 +165,7 @@ class KeptRunError(CheckpointError):
     says why and what to do."""
 
     def __init__(self, run_dir: Path, reason: str, remedy: str, what: str = "unfinished run"):
+        reason = printable(reason)  # a file's name may hold a line break: the error stays one line
         super().__init__(f"the {what} in {run_dir} is kept: {reason}. {remedy}")
         self.reason = reason  # what --overwrite's line says when it trains the run again
 
@@ -260,13 +262,13 @@ def kept_unfinished(run_dir: Path, error: BaseException) -> None:
         )
 
 
-def _check_unfinished_folder(run_dir: Path) -> None:
+def _check_unfinished_folder(run_dir: Path, top_level=UNFINISHED, what: str = "an unfinished run") -> None:
     """Raise ``CheckpointError`` unless every entry of the folder is one that a run writes: no link that
     leads out of the folder (``logs`` or ``checkpoints`` pointing elsewhere would make Lightning write or
     delete there; wandb's own ``latest-run`` link stays inside), no FIFO or device, and only Lightning's
     own checkpoint files in ``checkpoints/``."""
     try:
-        _check_entries(run_dir)
+        _check_entries(run_dir, top_level, what)
     except CheckpointError:  # (a RuntimeError too)
         raise
     except (RecursionError, RuntimeError) as error:  # os.walk recurses; resolve() raises on a link loop
@@ -275,7 +277,7 @@ def _check_unfinished_folder(run_dir: Path) -> None:
         ) from None
 
 
-def _check_entries(run_dir: Path) -> None:
+def _check_entries(run_dir: Path, top_level=UNFINISHED, what: str = "an unfinished run") -> None:
     inside = run_dir.resolve()
     entries = 0
     for folder, names, files in os.walk(run_dir):  # os.walk never follows links
@@ -305,8 +307,9 @@ def _check_entries(run_dir: Path) -> None:
                     f"{relative} has {info.st_nlink} names (a hard link): writing it would change the others"
                 )
             top = relative.parts[0]
-            if top not in UNFINISHED and not (name.startswith(".") and name.endswith(".tmp")):
-                raise CheckpointError(f"{relative} is not a file of an unfinished run")
+            temp = len(relative.parts) == 1 and name.startswith(".") and name.endswith(".tmp")
+            if top not in top_level and not (temp and stat.S_ISREG(info.st_mode)):  # a whole write's temp
+                raise CheckpointError(f"{relative} is not a file of {what}")
             if (
                 top == "checkpoints"
                 and len(relative.parts) > 1
@@ -486,16 +489,15 @@ def check_only_run_files(run_dir: Path) -> None:
     of the user's is never removed unasked."""
     from .evaluation import EVALUATION_FILES
 
-    known = {*UNFINISHED, WEIGHTS, *EVALUATION_FILES}
-    with os.scandir(run_dir) as entries:  # stops at the first stranger: no count to bound
-        for entry in entries:
-            if entry.name not in known and not (entry.name.startswith(".") and entry.name.endswith(".tmp")):
-                raise KeptRunError(
-                    run_dir,
-                    f"{entry.name[:80]} is not a file of a run",
-                    "Move it away to train the run here, or pass --overwrite, which removes it.",
-                    "folder",
-                )
+    try:  # every entry, at every depth, as an unfinished run's are checked, with a finished run's names
+        _check_unfinished_folder(run_dir, {*UNFINISHED, WEIGHTS, *EVALUATION_FILES}, "a run")
+    except CheckpointError as error:
+        raise KeptRunError(
+            run_dir,
+            str(error),
+            "Move it away to train the run here, or pass --overwrite, which removes it.",
+            "folder",
+        ) from None
 
 
 def read_metadata(run_dir: Path) -> dict | None:

@@ -52,6 +52,7 @@ from .files import (
     is_write_refusal,
     open_inside,
     remove_inside,
+    remove_stale_temps,
     write_csv,
     write_failed,
     write_json,
@@ -263,6 +264,9 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
                 check_inside(run_dir, config.output_dir)  # what the lock's wait may have let change
                 os.close(open_inside(run_dir, config.output_dir, make=True))  # made, never through a link
                 write_json(run_dir / RESUME_FILE, {"identity": identity}, config.output_dir)
+                if resume:  # an earlier sitting's metrics.csv is never written again: a kill's temp goes
+                    for sitting in sorted((run_dir / "logs").glob("version_*")):
+                        remove_stale_temps(sitting, config.output_dir)
                 mark_parent()  # the ranks that fit() starts end with this process
             clock, loggers = EpochClock(), None
             try:

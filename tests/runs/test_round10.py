@@ -3,6 +3,8 @@
 Each test failed on the code before its fix (the break is named in its docstring).
 """
 
+from pathlib import Path
+
 import pytest
 import test_faults
 import torch
@@ -303,3 +305,74 @@ def test_a_run_pruned_of_its_model_with_a_file_of_the_users_is_kept(tmp_path, ca
     (config.run_dir / "notes.txt").unlink()  # the run's own files alone: trained again, as before
     _, metadata = train(config)
     assert metadata["epochs_run"] == 1 and (config.run_dir / "model.safetensors").is_file()
+
+
+def test_the_metrics_file_is_appended_to_and_written_whole_only_when_its_header_changes(
+    tmp_path, monkeypatch
+):
+    """The first held writer rewrote metrics.csv whole at every save: bytes growing with the square of
+    the epochs, about an hour of writes over 10,000 epochs (a second re-check; break: the whole file
+    at every save)."""
+    from pondernet_tutorial.runs import files
+    from pondernet_tutorial.runs.resume import read_history
+    from pondernet_tutorial.runs.training import train
+
+    whole, real = [], files.atomic_file
+
+    def counted(path, *args, **kwargs):
+        if Path(path).name == "metrics.csv":
+            whole.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(files, "atomic_file", counted)
+    config = test_faults.tiny(tmp_path, epochs=6)
+    train(config)
+    assert 1 <= len(whole) <= 3, len(whole)  # the first save and the new columns of validation, at most
+    assert [row["epoch"] for row in read_history(config.run_dir / "logs")] == list(range(6))
+
+
+def test_a_kills_temporary_metrics_file_of_an_earlier_sitting_is_removed_on_resuming(tmp_path, monkeypatch):
+    """A kill mid-write of metrics.csv left its temporary file in logs/version_0, which the resumed run
+    (logging to version_1) never wrote again: it stayed in the finished run for good (a second
+    re-check; break: the resume's remove_stale_temps left out)."""
+    from test_resume import stop_at_epoch
+
+    from pondernet_tutorial.runs.processes import Interrupted
+    from pondernet_tutorial.runs.training import train
+
+    config = test_faults.tiny(tmp_path, epochs=3)
+    stop_at_epoch(monkeypatch, 2, [])
+    with pytest.raises(Interrupted):
+        train(config)
+    monkeypatch.undo()
+    stale = config.run_dir / "logs" / "version_0" / ".metrics.csv.999999999-0a1b2c3d.tmp"  # no such process
+    stale.write_text("epoch,val/acc\n0,0.")
+    _, metadata = train(config)
+    assert metadata["resumed"] and not stale.exists()
+
+
+@pytest.mark.parametrize(
+    "make, reason",
+    [
+        (
+            lambda run: (run / ".backup.tmp").mkdir(),
+            ".backup.tmp is not a file of a run",
+        ),  # a folder, not a temp
+        (lambda run: (run / "notes\nerror: x").write_text("mine"), "notes?error: x is not a file of a run"),
+    ],
+    ids=["temp-named-folder", "line-break"],
+)
+def test_what_a_run_never_writes_keeps_a_pruned_run_in_one_line(tmp_path, make, reason):
+    """A folder named like a temporary file passed as one, with all in it; a name with a line break made
+    the one-line error three lines (a second re-check; breaks: any '.x.tmp' entry taken for a temp,
+    the reason not made printable)."""
+    from pondernet_tutorial.runs.resume import KeptRunError
+    from pondernet_tutorial.runs.training import train
+
+    config = test_faults.tiny(tmp_path)
+    train(config)
+    (config.run_dir / "model.safetensors").unlink()
+    make(config.run_dir)
+    with pytest.raises(KeptRunError) as kept:
+        train(config)
+    assert reason in str(kept.value) and "\n" not in str(kept.value), str(kept.value)
