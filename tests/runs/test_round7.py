@@ -18,7 +18,7 @@ from pondernet_tutorial import untrusted
 from pondernet_tutorial.runs import cli, training
 from pondernet_tutorial.runs.build import make_datamodule, make_module
 from pondernet_tutorial.runs.config import WEIGHTS
-from pondernet_tutorial.runs.resume import trained_weights
+from pondernet_tutorial.runs.resume import KeptRunError, trained_weights
 from pondernet_tutorial.runs.training import RunExistsError, train
 from pondernet_tutorial.untrusted import read_json, read_table
 
@@ -288,7 +288,8 @@ def test_evaluate_never_replaces_a_device_or_a_fifo(tmp_path, capsys):
 def test_a_run_folders_model_file_is_never_read_through_a_link(tmp_path, capsys):
     """A run's model.safetensors that is a link out of its folder was read where it leads: the run
     counted as finished, and load_model loaded the outside file. Now, as for the run's other records,
-    the link is not followed: the run is trained again, and the outside file is left as it was."""
+    the link is not followed: the folder is kept in one line (a link is nothing a run writes: a DVC or
+    git-annex checkout), trained again with overwrite, and the outside file is left as it was."""
     from pondernet_tutorial.runs.checkpoints import load_model
     from pondernet_tutorial.runs.resume import completed_run
     from pondernet_tutorial.untrusted import CheckpointError
@@ -306,7 +307,9 @@ def test_a_run_folders_model_file_is_never_read_through_a_link(tmp_path, capsys)
     with pytest.raises(CheckpointError, match="symbolic link"):
         load_model(config.run_dir / WEIGHTS, config=config)
     (tmp_path / "metadata.json").rename(config.run_dir / "metadata.json")
-    _, metadata = train(config)  # (before: RunExistsError, "already holds this trained run")
+    with pytest.raises(KeptRunError, match="model.safetensors is a symbolic link out of the run"):
+        train(config)  # (before round 7: RunExistsError; before round 10: removed and trained again)
+    _, metadata = train(config, overwrite=True)
     assert not (config.run_dir / WEIGHTS).is_symlink() and outside.read_bytes() == kept
     assert metadata["epochs_run"] == 1
 
