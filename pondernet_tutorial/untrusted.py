@@ -264,8 +264,7 @@ def read_table(
     with at least one column; ``numeric``: the columns that must hold numbers where the table has them;
     ``required``: the columns it must have; ``steps``: the columns that must hold halting steps, whole
     numbers from 1 to :data:`~pondernet_tutorial.halting.MAX_STEPS` (a reader sizes arrays by them);
-    ``follow_links=False``: a table in a results folder, which
-    a link must not lead out of; ``whole_lines``: only the lines that end in a newline, of a table that
+    ``follow_links=False``: a table in a results folder, which a link must not lead out of; ``whole_lines``: only the lines that end in a newline, of a table that
     may still be being appended to (no whole line: an empty table).
 
     Raises:

@@ -172,6 +172,7 @@ def load_table(root, runs, name: str):
     columns (experiment, variant, seed, ...) in front."""
     import pandas as pd
 
+    from ..runs.evaluation import STEP_COLUMNS
     from ..untrusted import DamagedFileError, read_table
 
     frames, seen = [], set()
@@ -183,7 +184,7 @@ def load_table(root, runs, name: str):
             )
         seen.add(path)
         # a sample's halting step sizes the figures' arrays (np.bincount)
-        frame = read_table(path, steps=("halt_step",) if name.startswith("per_sample") else ())
+        frame = read_table(path, steps=STEP_COLUMNS.get(name.split(".")[0], ()))
         for column in ("experiment", "variant", "method", "seed"):
             frame.insert(0, column, run[column])
         frames.append(frame)

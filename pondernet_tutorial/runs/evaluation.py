@@ -405,8 +405,8 @@ def evaluate_run(
         }
         inside = config.output_dir  # every write and removal in the run folder, never through a link
         # evaluation.json, written last, vouches for the tables: gone while they are replaced
-        remove_inside(run_dir / "evaluation.json", config.output_dir, missing_ok=True)
-        remove_inside(run_dir / DECISIONS, config.output_dir, missing_ok=True)  # not another method's
+        remove_inside(run_dir / "evaluation.json", inside, missing_ok=True)
+        remove_inside(run_dir / DECISIONS, inside, missing_ok=True)  # not another method's
         for name in ("summary", "per_step", "per_class"):
             write_csv(run_dir / f"{name}.csv", tables[name], inside, index=False, float_format="%.6g")
         if decisions:

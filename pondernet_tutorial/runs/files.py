@@ -105,25 +105,32 @@ def _left_by_the_gone(name: str, prefix: str = ".") -> bool:
     return pid.isdigit() and not pid_alive(int(pid))
 
 
+def _remove_gone(parent: Path, folder: int | None, prefix: str) -> None:
+    """Remove the temporary files in ``parent`` (held open as ``folder``, where it is) whose names start
+    with ``prefix`` and whose processes are gone (:func:`_left_by_the_gone`)."""
+    for name in os.listdir(parent if folder is None else folder):
+        if _left_by_the_gone(name, prefix):
+            with contextlib.suppress(OSError):
+                os.unlink(name if folder is not None else parent / name, dir_fd=folder)
+
+
 def _remove_stale_temps(path: Path, folder: int | None = None) -> None:
     """Remove temporary files of ``path`` left by processes that are gone (killed mid-write); ``folder``:
     a descriptor of its folder, where the names are looked up."""
-    for name in os.listdir(path.parent if folder is None else folder):
-        if _left_by_the_gone(name, f".{path.name}."):
-            with contextlib.suppress(OSError):
-                os.unlink(name if folder is not None else path.parent / name, dir_fd=folder)
+    _remove_gone(path.parent, folder, f".{path.name}.")
 
 
 def remove_stale_temps(folder: Path, inside) -> None:
     """Remove the temporary files in ``folder`` (reached from the output folder ``inside`` without
     following a link) that processes now gone left mid-write, of any file: those of a file that is
     never written again (an earlier sitting's metrics.csv) would stay otherwise."""
+    if not HELD_FOLDERS:  # (Windows) by path, after the path's check
+        check_inside(folder, inside)
+        _remove_gone(Path(folder), None, ".")
+        return
     fd = open_inside(folder, inside)
     try:
-        for name in os.listdir(fd):
-            if _left_by_the_gone(name):
-                with contextlib.suppress(OSError):
-                    os.unlink(name, dir_fd=fd)
+        _remove_gone(Path(folder), fd, ".")
     finally:
         os.close(fd)
 

@@ -50,7 +50,6 @@ from .files import (
     check_unlocked,
     folder_lock,
     is_write_refusal,
-    open_inside,
     remove_inside,
     remove_stale_temps,
     write_csv,
@@ -262,7 +261,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
                         check_only_run_files(run_dir)  # a file of the user's is never removed unasked
                     remove_inside(run_dir, config.output_dir)
                 check_inside(run_dir, config.output_dir)  # what the lock's wait may have let change
-                os.close(open_inside(run_dir, config.output_dir, make=True))  # made, never through a link
+                # the folder made with it, never through a link (files.atomic_file)
                 write_json(run_dir / RESUME_FILE, {"identity": identity}, config.output_dir)
                 if resume:  # an earlier sitting's metrics.csv is never written again: a kill's temp goes
                     for sitting in sorted((run_dir / "logs").glob("version_*")):

@@ -164,6 +164,15 @@ def test_where_folders_cannot_be_held_open_a_write_is_checked_by_path(tmp_path, 
     with pytest.raises(FileExistsError, match="symbolic link or lies outside"):
         files.write_json(out / "a" / "record.json", {"theirs": 1}, out)
     assert list(victim.iterdir()) == []
+    # a kill's temporary files go by path there too, after the same check (break: open_inside called
+    # without the fallback, which fails where os.open takes no dir_fd)
+    gone = tmp_path / "moved" / f".metrics.csv.999999999-0a1b2c3d{files.TEMP_SUFFIX}"
+    gone.write_text("left by a kill")
+    monkeypatch.setattr(files, "open_inside", None)  # as unusable as on Windows
+    files.remove_stale_temps(tmp_path / "moved", tmp_path)
+    assert not gone.exists()
+    with pytest.raises(FileExistsError, match="symbolic link or lies outside"):
+        files.remove_stale_temps(out / "a", out)
 
 
 def test_on_python_3_10_a_removal_also_never_goes_through_a_link(tmp_path, monkeypatch):
