@@ -1,7 +1,7 @@
 """What a user can hand the LightningModule wrong, each refused in one line that says what to do: its
 options, whether a fit validates (which patience and the plateau schedule watch), and each batch
-(checked by :func:`~pondernet_tutorial.fitting.fit`'s ``CheckBatches``, before the step: no check reads
-a value from the device, so none makes a GPU wait).
+(checked by :func:`~pondernet_tutorial.fitting.fit`'s ``CheckBatches``, before the step: only the first
+batch's check reads values from the device, so a GPU waits once).
 """
 
 from __future__ import annotations
@@ -65,11 +65,13 @@ def check_batch(batch, model) -> None:
         raise ValueError(f"the inputs are float64 and the model's weights {weight.dtype}: use x.float().")
 
 
-def check_step_returns(model, x) -> None:
+def check_step_returns(model, x, y=None) -> None:
     """One step of ``model``'s step function on two inputs, in eval mode (no batch statistics move, no
     dropout draws) and on a copy of the random state, must return three values ``(ŷ_n, z_n,
     h_next)``: a step that returns two, or ``None``, would fail in the unroll's unpacking in Python's
-    words."""
+    words. The targets ``y`` (of the same batch) must be classes of that prediction, 0 to classes - 1:
+    torch's cross-entropy fails on others in its own words, and on a GPU with a device-side assert that
+    ends the session."""
     step_function = getattr(model, "step_function", None)
     if step_function is None or not isinstance(x, Tensor):
         return
@@ -86,4 +88,18 @@ def check_step_returns(model, x) -> None:
         raise ValueError(
             f"{type(step_function).__name__}.step must return three values, (ŷ_n, z_n, h_next): the "
             f"prediction, the halting logit and the next state; it returned {what}."
+        )
+    classes = out[0].shape[-1] if isinstance(out[0], Tensor) and out[0].dim() == 2 else None
+    if (
+        classes is None
+        or model.loss_fn is not per_sample_cross_entropy
+        or not isinstance(y, Tensor)
+        or not y.numel()
+    ):
+        return
+    low, high = (int(v) for v in torch.aminmax(y.detach()))  # the one read from the device
+    if low < 0 or high >= classes:
+        raise ValueError(
+            f"targets must be classes from 0 to {classes - 1} (the step predicts {classes}), got "
+            f"{low if low < 0 else high}: number the classes from 0, or give the step's output layer more."
         )

@@ -67,22 +67,28 @@ class StayStopped(Callback):
 
 
 class CheckBatches(Callback):
-    """Refuse a batch that is not ``(inputs, targets)`` of class indices, and (once) a step function
-    that does not return three values, in one line, before the step that would fail deep inside
+    """Refuse a batch that is not ``(inputs, targets)`` of class indices, and (at the first batch of
+    training, of validation and of testing) a step function that does not return three values or
+    targets outside its classes, in one line, before the step that would fail deep inside
     (:mod:`~pondernet_tutorial.checks`)."""
 
-    step_checked = False
+    def __init__(self):
+        self.checked = set()  # the loops whose first batch was checked
+
+    def check(self, loop, pl_module, batch):
+        check_batch(batch, pl_module.model)
+        if loop not in self.checked:
+            check_step_returns(pl_module.model, *batch)
+            self.checked.add(loop)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        check_batch(batch, pl_module.model)
-        if not self.step_checked:
-            check_step_returns(pl_module.model, batch[0])
-            self.step_checked = True
+        self.check("train", pl_module, batch)
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
-        self.on_train_batch_start(trainer, pl_module, batch, batch_idx)
+        self.check("validation", pl_module, batch)
 
-    on_test_batch_start = on_validation_batch_start
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        self.check("test", pl_module, batch)
 
 
 def early_stopping(

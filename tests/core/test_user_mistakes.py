@@ -172,6 +172,26 @@ def test_float64_inputs_for_a_float32_model_are_named(tmp_path):
         fit(_module(), datamodule, 1, default_root_dir=tmp_path, **QUIET)
 
 
+@pytest.mark.parametrize("where", ["train", "validation"])
+@pytest.mark.parametrize("label, shown", [(2, "got 2"), (-1, "got -1")])
+def test_targets_outside_the_steps_classes_are_named_before_the_step(tmp_path, where, label, shown):
+    """Classes numbered from 1, or -1 for "unknown", failed in torch's words ("Target 2 is out of
+    bounds"), on a GPU with a device-side assert that ends the session. Checked at the first batch of
+    each loop: a validation set numbered otherwise was missed when the check ran once. Break: return
+    before the range check in check_step_returns; or keep one flag for all loops in CheckBatches."""
+    x, good = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    bad = good.clone()
+    bad[3] = label
+    train, val = (bad, good) if where == "train" else (good, bad)
+    datamodule = LightningDataModule.from_datasets(
+        TensorDataset(x, train), TensorDataset(x, val), batch_size=8
+    )
+    with pytest.raises(
+        ValueError, match=f"^targets must be classes from 0 to 1 \\(the step predicts 2\\), {shown}:"
+    ):
+        fit(_module(), datamodule, 1, default_root_dir=tmp_path, num_sanity_val_steps=0, **QUIET)
+
+
 class Returns(Step):
     """A step that returns what a user might by mistake."""
 
