@@ -18,8 +18,11 @@ its own folder, may come from anyone:
 from __future__ import annotations
 
 import io
+import os
 import pickletools
 import re
+import stat
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -167,7 +170,12 @@ def check_loaded(checkpoint: dict, path) -> None:
 class CheckedCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint input and output, with every load made by :func:`read_checkpoint_file`
     (saves are Lightning's own; the run machinery's subclass writes them whole beside their file), and,
-    given the ``module`` it restores, checked to fit it (:func:`check_fits`)."""
+    given the ``module`` it restores, checked to fit it (:func:`check_fits`).
+
+    A removal takes only a regular file named by a plain local path (:meth:`remove_checkpoint`): a
+    ``ModelCheckpoint`` of the caller's own restores the paths in a checkpoint as they were recorded, and
+    Lightning would remove one of them, recursively, when a better epoch comes.
+    """
 
     def __init__(self, max_bytes: int, module: torch.nn.Module | None = None):
         self.max_bytes, self.module = max_bytes, module
@@ -177,6 +185,25 @@ class CheckedCheckpointIO(TorchCheckpointIO):
         if self.module is not None:
             check_fits(checkpoint, self.module, path)
         return checkpoint
+
+    def remove_checkpoint(self, path) -> None:
+        """Remove the checkpoint file ``path``: never a folder, a link or anything but a regular file,
+        never through ``..`` (Lightning removes only paths under its callback's folder, and names its own
+        files without it), never a remote one; such a path, restored from a checkpoint, is left where it
+        is with a warning."""
+        path = os.fspath(path)
+        try:
+            plain = "://" not in path and ".." not in Path(path).parts  # Lightning's: in its folder
+            if plain and stat.S_ISREG(os.lstat(path).st_mode):
+                os.unlink(path)
+                return
+        except FileNotFoundError:
+            return
+        warnings.warn(
+            f"left {path[:200]!r} where it is: a checkpoint callback asked to remove it, and it is not a "
+            "checkpoint file of its folder (a path restored from the checkpoint fit continued from).",
+            stacklevel=2,
+        )
 
 
 def check_fits(checkpoint: dict, module: torch.nn.Module, path, optimizer: bool = True) -> None:

@@ -16,7 +16,7 @@ from numbers import Integral, Real
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback, EarlyStopping
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from .checkpointing import CheckedCheckpointIO, FolderCheckpoint, checkpoint_bound
 from .checks import check_batch, check_step_returns, validates
@@ -107,7 +107,9 @@ def mode(metric: str) -> str:
     return "min" if metric.endswith("loss") else "max"
 
 
-def check_arguments(module, datamodule, max_epochs, patience, stop_at_val_acc, ckpt_path, options) -> None:
+def check_arguments(
+    module, datamodule, max_epochs, patience, stop_at_val_acc, ckpt_path, callbacks, options
+) -> None:
     """fit()'s arguments, each refused in one line that says what it takes."""
     if not isinstance(module, PonderLitModule):
         raise TypeError(
@@ -125,10 +127,12 @@ def check_arguments(module, datamodule, max_epochs, patience, stop_at_val_acc, c
         )
     if options.get("enable_checkpointing") is False:
         raise ValueError("fit keeps the best epoch with a checkpoint: leave enable_checkpointing out.")
-    if ckpt_path == "last":  # Lightning would warn and train from scratch
+    keeps_last = any(isinstance(c, ModelCheckpoint) and c.save_last for c in callbacks)
+    if ckpt_path == "last" and not keeps_last:  # Lightning would warn and train from scratch
         raise ValueError(
             "fit keeps the best epoch's checkpoint, not the last: continue from that file "
-            "(ckpt_path=trainer.checkpoint_callback.best_model_path of the earlier fit)."
+            "(ckpt_path=trainer.checkpoint_callback.best_model_path of the earlier fit), or give "
+            "callbacks=ModelCheckpoint(dirpath=..., save_last=True) to both fits."
         )
     for name, value, low in (
         ("max_epochs", max_epochs, 1),
@@ -176,8 +180,9 @@ def fit(
             :class:`~pondernet_tutorial.checkpointing.FolderCheckpoint` ranking by ``select_by``, in a folder
             of the Trainer's); it trusts no path restored from ``ckpt_path``.
         ckpt_path: a Lightning checkpoint to continue from, such as the best epoch's file of an earlier
-            fit (``trainer.checkpoint_callback.best_model_path``; fit keeps no last checkpoint); read as
-            data (:func:`~pondernet_tutorial.checkpointing.read_checkpoint_file`), as is the best epoch's
+            fit (``trainer.checkpoint_callback.best_model_path``), or ``"last"`` where ``callbacks`` hold
+            a ``ModelCheckpoint(save_last=True)`` (fit itself keeps only the best epoch); read as data
+            (:func:`~pondernet_tutorial.checkpointing.read_checkpoint_file`), as is the best epoch's
             file.
         threads: PyTorch's threads while training (default
             :func:`~pondernet_tutorial.threads.default_threads`: one on a machine of at most two
@@ -187,7 +192,8 @@ def fit(
         fast: on one CUDA device, train the same step replayed from one CUDA graph
             (:func:`~pondernet_tutorial.fast_path.fast_module`; ``None``: wherever it can, ``False``:
             never, ``True``: or a ``ValueError`` that says what is missing). On the CPU nothing changes.
-        callbacks, trainer_options: more callbacks, and any argument of ``lightning.Trainer``.
+        callbacks, trainer_options: more callbacks, and any argument of ``lightning.Trainer``; its
+            ``max_steps`` counts optimiser updates, where the halting method's ``max_steps`` is N.
 
     Returns:
         the Trainer, and the best epoch (the last one without validation).
@@ -197,9 +203,11 @@ def fit(
             end of every epoch); the module keeps no best weights.
         CheckpointError: ``ckpt_path`` or the best epoch's file is not a checkpoint of this model.
     """
-    check_arguments(module, datamodule, max_epochs, patience, stop_at_val_acc, ckpt_path, trainer_options)
-    best = best or FolderCheckpoint(filename="best", monitor=select_by, mode=mode(select_by))
     given = [callbacks] if isinstance(callbacks, Callback) else list(callbacks)
+    check_arguments(
+        module, datamodule, max_epochs, patience, stop_at_val_acc, ckpt_path, given, trainer_options
+    )
+    best = best or FolderCheckpoint(filename="best", monitor=select_by, mode=mode(select_by))
     callbacks = [best, *given, StopOnNonFinite(), CheckBatches()]
     if (stopping := early_stopping(patience, stop_at_val_acc, max_epochs)) is not None:
         callbacks += [stopping, StayStopped()]

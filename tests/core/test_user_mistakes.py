@@ -344,6 +344,34 @@ def _module():
     return PonderLitModule(PonderNet(Step(), max_steps=3))
 
 
+def test_fit_continues_from_last_where_a_callback_keeps_the_last_epoch(tmp_path):
+    """``ckpt_path="last"`` was refused even where the caller's own ModelCheckpoint keeps a last.ckpt
+    (round 11's reuse review; a Colab session that ends mid-training). Break: refuse "last" whatever the
+    callbacks."""
+    from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+
+    class Epochs(Callback):
+        def __init__(self):
+            self.started = []
+
+        def on_train_epoch_start(self, trainer, pl_module):
+            self.started.append(trainer.current_epoch)
+
+    keep = dict(dirpath=tmp_path / "ck", save_last=True)
+    fit(_module(), _data(batch=8), 1, callbacks=ModelCheckpoint(**keep), default_root_dir=tmp_path, **QUIET)
+    epochs = Epochs()
+    trainer, _ = fit(
+        _module(),
+        _data(batch=8),
+        3,
+        callbacks=[ModelCheckpoint(**keep), epochs],
+        ckpt_path="last",
+        default_root_dir=tmp_path,
+        **QUIET,
+    )
+    assert epochs.started == [1, 2] and trainer.global_step == 6
+
+
 def test_fit_takes_one_callback_and_plugins_of_its_own(tmp_path):
     from lightning.pytorch.callbacks import Callback
 

@@ -32,3 +32,55 @@ def test_a_lock_file_swapped_for_a_link_after_its_check_leaves_the_target_whole(
             pass
     assert victim.read_text() == "three years of work\n"
     assert "damaged" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_crafted_checkpoint_cannot_make_a_callback_of_the_users_remove_outside_its_folder(tmp_path):
+    """fit() keeps its own best epoch with a FolderCheckpoint, which trusts no restored path; a plain
+    ``ModelCheckpoint`` that the caller adds restores the paths recorded in the checkpoint fit continues
+    from, and Lightning removed the recorded "best" (``<folder>/../victim``, a folder, recursively) when
+    the next epoch came. Now the checkpoint input and output removes only a regular file named without
+    ``..``, and Lightning's own removals still happen. Break: ``remove_checkpoint`` of
+    CheckedCheckpointIO deleted (Lightning's ``fs.rm(path, recursive=True)`` comes back)."""
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from tiny_parity import QUIET, module, parity
+    from torch.utils.data import TensorDataset
+
+    from pondernet_tutorial import fit
+
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "victim" / "thesis.tex").write_text("three years of work\n")
+    (tmp_path / "victim.txt").write_text("notes\n")
+    data = TensorDataset(*parity(64, 0))
+    datamodule = L.LightningDataModule.from_datasets(data, data, batch_size=32)
+    folder = tmp_path / "ck"
+    fit(
+        module(),
+        datamodule,
+        1,
+        callbacks=[ModelCheckpoint(dirpath=folder)],
+        default_root_dir=tmp_path,
+        **QUIET,
+    )
+    checkpoint = torch.load(next(folder.glob("epoch=*.ckpt")), weights_only=True)
+    for target, name in (("victim", "best_model_path"), ("victim.txt", "kth_best_model_path")):
+        for key, state in checkpoint["callbacks"].items():
+            if key.startswith("ModelCheckpoint"):
+                state[name] = f"{folder.resolve()}/../{target}"
+    torch.save(checkpoint, tmp_path / "crafted.ckpt")
+
+    with pytest.warns(UserWarning, match="left '.*/ck/../victim' where it is"):
+        fit(
+            module(),
+            datamodule,
+            3,
+            callbacks=[ModelCheckpoint(dirpath=folder)],
+            ckpt_path=tmp_path / "crafted.ckpt",
+            default_root_dir=tmp_path,
+            **QUIET,
+        )
+    assert (tmp_path / "victim" / "thesis.tex").read_text() == "three years of work\n"
+    assert (tmp_path / "victim.txt").read_text() == "notes\n"
+    # epoch 1's file was removed when epoch 2 came; epoch 0's stays, its record replaced by the victim's
+    assert sorted(p.name for p in folder.iterdir()) == ["epoch=0-step=2.ckpt", "epoch=2-step=6.ckpt"]
