@@ -346,7 +346,7 @@ def _module():
 
 def test_fit_continues_from_last_where_a_callback_keeps_the_last_epoch(tmp_path):
     """``ckpt_path="last"`` was refused even where the caller's own ModelCheckpoint keeps a last.ckpt
-    (round 11's reuse review; a Colab session that ends mid-training). Break: refuse "last" whatever the
+    (left in stop 62; a Colab session that ends mid-training). Break: refuse "last" whatever the
     callbacks."""
     from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
