@@ -70,8 +70,8 @@ def check_max_steps(max_steps: int, name: str = "max_steps") -> int:
 
 
 def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
-    """ε must lie in (0, 1): a sample halts once the mass that halted reaches 1 − ε (the paper's rule for N
-    in training; ACT's rule, Σ η ≥ 1 − ε)."""
+    """ε must lie in (0, 1): a sample halts once the mass that halted exceeds 1 − ε (the paper's rule for N
+    in training, Σ p > 1 − ε), or reaches it (ACT's rule, Σ η ≥ 1 − ε)."""
     epsilon = _number(epsilon, name, "strictly between 0 and 1")
     if not 0.0 < epsilon < 1.0:
         raise ValueError(

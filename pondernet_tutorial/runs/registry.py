@@ -94,7 +94,7 @@ _LABML_DEFAULTS = {
 }
 # The paper's set-up (Banino et al. 2021, §2.3, §3.1, appendix B.1): a simple RNN of 128 tanh units,
 # Adam 3e-4, batch 128, N = 20, β = 0.01, λ_p = 0.1 (its figure 2c), N in training by the ε rule with
-# ε = 0.05, no step limit at evaluation (here a budget of PAPER_EVAL_STEPS); ACT as Graves set it up
+# ε = 0.05, at evaluation a constant N or none (§2.3; here a budget of PAPER_EVAL_STEPS); ACT as Graves set it up
 # (ε = 0.01, halting bias +1). What the papers do not state is this package's choice: no gradient
 # clipping, the training budget, the remaining mass on the step where the ε rule stops.
 PAPER_EVAL_STEPS = 100
