@@ -168,8 +168,9 @@ def fit(
     """Train ``module`` on ``datamodule`` and load the weights of its best epoch into it (eval mode).
 
     Args:
-        module: the :class:`~pondernet_tutorial.PonderLitModule` to train; it ends in eval mode, on the
-            CPU, with its best epoch's weights.
+        module: the :class:`~pondernet_tutorial.PonderLitModule` to train (in training mode where it
+            is in eval mode, as an earlier fit leaves it); it ends in eval mode, on the CPU, with its
+            best epoch's weights.
         datamodule: a ``LightningDataModule`` (``LightningDataModule.from_datasets`` wraps datasets).
         max_epochs: the most epochs to train, 1 to :data:`MAX_EPOCHS`.
         select_by: the logged metric that picks the best epoch (``val/acc``; a name ending in ``loss``
@@ -215,6 +216,8 @@ def fit(
     plugins = [checkpoint_io or CheckedCheckpointIO(checkpoint_bound(module), module)]
     plugins += extra if isinstance(extra, (list, tuple)) else [extra]
     trainer = L.Trainer(max_epochs=max_epochs, callbacks=callbacks, plugins=plugins, **trainer_options)
+    if not module.training:  # as fit() leaves it, or load_pretrained: Lightning keeps the modes it finds
+        module.train()
     trained = fast_module(module, trainer, fast)  # module itself, or on a GPU its graphed step
     with training_threads(threads):
         trainer.fit(trained, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)

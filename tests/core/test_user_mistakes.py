@@ -344,6 +344,36 @@ def _module():
     return PonderLitModule(PonderNet(Step(), max_steps=3))
 
 
+def test_a_second_fit_of_the_same_module_trains_in_training_mode(tmp_path):
+    """fit() leaves the module in eval mode, and Lightning keeps the modes it finds: a second fit (the
+    docstring's way to continue), or one of a loaded model, trained with dropout off and every
+    submodule in eval mode, with only Lightning's warning (round 11's reuse review). Break: remove
+    ``module.train()`` from fit."""
+    from lightning.pytorch.callbacks import Callback
+
+    class Modes(Callback):
+        def __init__(self):
+            self.seen = set()
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self.seen |= {m.training for m in pl_module.modules()}
+
+    module = _module()
+    first, second = Modes(), Modes()
+    trainer, _ = fit(module, _data(batch=8), 1, callbacks=first, default_root_dir=tmp_path, **QUIET)
+    assert not module.training
+    fit(
+        module,
+        _data(batch=8),
+        2,
+        callbacks=second,
+        ckpt_path=trainer.checkpoint_callback.best_model_path,
+        default_root_dir=tmp_path,
+        **QUIET,
+    )
+    assert first.seen == second.seen == {True}
+
+
 def test_fit_continues_from_last_where_a_callback_keeps_the_last_epoch(tmp_path):
     """``ckpt_path="last"`` was refused even where the caller's own ModelCheckpoint keeps a last.ckpt
     (left in stop 62; a Colab session that ends mid-training). Break: refuse "last" whatever the
