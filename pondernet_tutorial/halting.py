@@ -43,7 +43,7 @@ def check_lambda_p(lambda_p: float, name: str = "lambda_p") -> float:
         raise ValueError(
             f"{name} must lie strictly between 0 and 1, got {lambda_p}. It is the prior's per-step "
             "halting probability: the geometric prior has mean 1/lambda_p steps (0.2 gives 5 steps); "
-            "for exactly one step use the fixed-step method (--method fixed --max-steps 1)."
+            "for exactly one step use FixedSteps(step, max_steps=1) (--method fixed --max-steps 1)."
         )
     return lambda_p
 

@@ -87,6 +87,16 @@ def test_diagnose_gives_no_verdict_from_one_input():
     )
 
 
+@pytest.mark.parametrize("targets, shown", [([0, 1, 7, 1], "got 7"), ([0, -1, 1, 1], "got -1")])
+def test_diagnose_names_targets_outside_the_models_classes(targets, shown):
+    """Targets of 7 for two classes scored an accuracy of 0% and a verdict (round 11's reuse review).
+    Break: remove the range check in diagnose."""
+    with pytest.raises(
+        ValueError, match=f"^targets must be classes from 0 to 1 \\(the model predicts 2\\), {shown}:"
+    ):
+        diagnose(PonderNet(Step(), max_steps=3), torch.randn(4, 4), targets=targets, show=False)
+
+
 def test_a_missing_lambda_p_and_negative_threads_are_named():
     from pondernet_tutorial.threads import training_threads
 

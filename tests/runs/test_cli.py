@@ -85,7 +85,7 @@ def test_a_user_error_exits_with_status_2_and_one_line():
     assert result.stderr.strip().splitlines() == [
         "error: lambda_p must lie strictly between 0 and 1, got 1.5. It is the prior's per-step halting "
         "probability: the geometric prior has mean 1/lambda_p steps (0.2 gives 5 steps); for exactly one step "
-        "use the fixed-step method (--method fixed --max-steps 1)."
+        "use FixedSteps(step, max_steps=1) (--method fixed --max-steps 1)."
     ]
 
 
