@@ -237,7 +237,8 @@ def plot_halting_distribution(
     column: str = "halt_step",
 ):
     """Frequency of the sampled halting step for several test sets against the prior, the geometric
-    distribution renormalised over 1..N (what the KL term pulls towards)."""
+    distribution renormalised over 1..N (what the KL term pulls towards). MNIST's rotated sets
+    (``rot45``) are drawn by their angle; any other set by its name, in the colour cycle."""
     ax = ax or plt.gca()
     steps = np.arange(1, max_steps + 1)
     for name in sets:
@@ -247,7 +248,9 @@ def plot_halting_distribution(
             raise ValueError(f"{column} holds {outside.iloc[0]}, not a step from 1 to {max_steps}.")
         values = values.astype(int)
         frequency = np.bincount(values, minlength=max_steps + 1)[1:] / len(values)
-        ax.plot(steps, frequency, marker="o", ms=3, label=angle_label(name), **angle_style(name))
+        rotated = re.fullmatch(r"rot(_pm)?-?\d+(\.\d+)?", str(name))  # MNIST's sets; any other by its name
+        style = {"label": angle_label(name), **angle_style(name)} if rotated else {"label": str(name)}
+        ax.plot(steps, frequency, marker="o", ms=3, **style)
     prior = geometric_prior(lambda_p, max_steps, renormalize=True).numpy()
     ax.bar(steps, prior, color="grey", alpha=0.3, label=f"prior p_G(λ_p={lambda_p:g}), renormalised")
     ax.set_xlabel("halting step n")

@@ -98,3 +98,21 @@ def test_the_rotation_figure_colours_by_method_and_keeps_equal_lines_apart():
     assert first.get_marker() != second.get_marker()
     assert list(first.get_xdata()) != list(second.get_xdata())  # equal values, side by side
     plt.close(fig)
+
+
+def test_the_halting_distribution_draws_a_set_of_any_name():
+    """A reader's own test set ("mine") failed in the angle's colour, ``float('mine')`` (round 11's
+    reuse review); MNIST's rotated sets keep their angle's colour and label. Break: draw every set with
+    angle_style."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from pondernet_tutorial.analysis.plots import angle_style, plot_halting_distribution
+
+    table = pd.DataFrame({"set": ["mine"] * 3 + ["rot-45"] * 3, "halt_step": [1, 2, 2, 3, 3, 4]})
+    fig, ax = plt.subplots()
+    plot_halting_distribution(table, 0.2, 5, ["mine", "rot-45"], ax=ax)
+    mine, rotated = ax.get_lines()
+    assert mine.get_label() == "mine" and list(mine.get_ydata()) == [1 / 3, 2 / 3, 0, 0, 0]
+    assert rotated.get_label() == "rotated by −45°" and rotated.get_color() == angle_style("rot-45")["color"]
+    plt.close(fig)

@@ -264,7 +264,7 @@ def test_the_dry_step_that_checks_a_step_changes_no_draw_of_training(tmp_path, m
         fit(module, data, 1, default_root_dir=tmp_path / check.__name__, **quiet)
         return module.state_dict()
 
-    def unchecked(model, batch_inputs):
+    def unchecked(model, batch_inputs, targets=None):
         pass
 
     with_check, without = trained(fitting.check_step_returns), trained(unchecked)
