@@ -30,6 +30,11 @@ class PonderLitModule(L.LightningModule):
         lr_schedule: ``"plateau"`` (ReduceLROnPlateau on ``val/acc``, where there is validation) or
             ``"constant"``; ``lr_patience`` and ``lr_factor`` are its settings.
         eval_seed: seed of the halting coins in validation, test and prediction.
+
+    A checkpoint records these settings and the weights, not the model: build the module in code again
+    and load a checkpoint's weights as data, ``module.load_state_dict(read_checkpoint_file(path,
+    checkpoint_bound(module))["state_dict"])`` (:mod:`~pondernet_tutorial.checkpointing`), rather than
+    ``load_from_checkpoint``, which needs ``model=`` and reads the file with ``torch.load``.
     """
 
     def __init__(self, model, lr=1e-3, lr_schedule="plateau", lr_patience=2, lr_factor=0.5, eval_seed=0):

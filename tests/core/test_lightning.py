@@ -168,3 +168,34 @@ def test_fit_stops_after_patience_epochs_without_progress(tmp_path):
     data = L.LightningDataModule.from_datasets(loader().dataset, loader().dataset)
     trainer, _ = fit(module(lr=1e-12), data, 6, patience=1, default_root_dir=tmp_path, **QUIET)
     assert trainer.current_epoch == 2
+
+
+def test_the_docstrings_way_to_load_a_checkpoints_weights_gives_the_trained_module(tmp_path):
+    """PonderLitModule's docstring: build the module again and load a checkpoint's weights as data (the
+    reuse review found that load_from_checkpoint needs model=, which no page said). Compared with the
+    weights at the end of training, taken before fit loads its best epoch through the same reader.
+    Break: zero the state dict's tensors in read_checkpoint_file."""
+    from lightning.pytorch.callbacks import Callback
+    from torch.utils.data import TensorDataset
+
+    from pondernet_tutorial.checkpointing import checkpoint_bound, read_checkpoint_file
+
+    class Last(Callback):
+        def on_train_end(self, trainer, pl_module):
+            self.weights = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+
+    data = TensorDataset(*parity(64, 0))
+    last = Last()
+    trainer, _ = fit(
+        module(),
+        L.LightningDataModule.from_datasets(data, data, batch_size=32),
+        2,
+        select_by="epoch",  # the best epoch is the last
+        callbacks=last,
+        default_root_dir=tmp_path,
+        **QUIET,
+    )
+    again = module()
+    path = trainer.checkpoint_callback.best_model_path
+    again.load_state_dict(read_checkpoint_file(path, checkpoint_bound(again))["state_dict"])
+    assert all(torch.equal(last.weights[k], v) for k, v in again.state_dict().items())
