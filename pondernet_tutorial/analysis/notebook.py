@@ -178,11 +178,11 @@ def load_table(root, runs, name: str):
     frames, seen = [], set()
     for _, run in runs.iterrows():
         path = run_file(root, run, name)
-        if path in seen:  # the table is data: a run named many times would be read as many times
-            raise DamagedFileError(
-                0, f"the runs table under {root} names {run['path']!r} twice: rebuild its tables"
+        if path.resolve() in seen:  # the table is data: a run named many times, or through links to
+            raise DamagedFileError(  # one folder, would be read as many times
+                0, f"the runs table under {root} names {str(run['path'])[:80]!r} twice: rebuild its tables"
             )
-        seen.add(path)
+        seen.add(path.resolve())
         # a sample's halting step sizes the figures' arrays (np.bincount)
         frame = read_table(path, steps=STEP_COLUMNS.get(name.split(".")[0], ()))
         for column in ("experiment", "variant", "method", "seed"):

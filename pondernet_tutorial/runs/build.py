@@ -11,7 +11,7 @@ import lightning as L
 import torch
 
 from ..fast_path import graph_blockers
-from .config import TrainConfig
+from .config import FIELD_OPTIONS, TrainConfig
 from .module import GraphedRunModule, RunModule
 from .options import MAX_PARAMETERS, PARAMETERS_REASON
 from .registry import get_experiment, import_path
@@ -40,6 +40,11 @@ def make_module(config: TrainConfig, graphed: bool = False) -> RunModule:
     CUDA graph (:class:`~.module.GraphedRunModule`)."""
     experiment = get_experiment(config.experiment)
     cls = GraphedRunModule if graphed else RunModule
+    # the plateau schedule's settings, at their defaults where no plateau schedule reads them: the
+    # run's identity leaves them out there, so the module (and its saved record) must too
+    plateau = {name: getattr(config, name) for name in ("lr_patience", "lr_factor")}
+    if config.lr_schedule != "plateau":
+        plateau = {name: FIELD_OPTIONS[name].default for name in plateau}
     return cls(
         step=config.step,
         n_classes=experiment.n_classes,
@@ -48,8 +53,7 @@ def make_module(config: TrainConfig, graphed: bool = False) -> RunModule:
         method_options=config.method_kwargs(),
         lr=config.lr,
         lr_schedule=config.lr_schedule,
-        lr_patience=config.lr_patience,
-        lr_factor=config.lr_factor,
+        **plateau,
         grad_clip=config.grad_clip,
         compile=config.compile,
     )

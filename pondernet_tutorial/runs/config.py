@@ -504,8 +504,10 @@ MAX_DIFFERENCES = 8  # the fields an error line names
 
 
 def _cut(text: str, limit: int = 80) -> str:
-    """``text`` cut to ``limit`` characters (an untrusted record's names and values may be megabytes)."""
-    return text if len(text) <= limit else f"{text[: limit - 4]}...{text[-1]}"
+    """``text`` cut to ``limit`` characters (an untrusted record's names and values may be megabytes),
+    with ``?`` for each character a terminal would act on (a line break, an escape)."""
+    text = text if len(text) <= limit else f"{text[: limit - 4]}...{text[-1]}"
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def check_same_identity(saved: dict, requested: dict, what: str) -> None:

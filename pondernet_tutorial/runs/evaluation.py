@@ -23,7 +23,7 @@ from ..data.base import EvalSet
 from ..methods.base import expected_steps, per_sample_loss
 from ..untrusted import damaged_table, read_json, read_table
 from .config import WEIGHTS, TrainConfig, identity_differences
-from .files import folder_lock, remove_inside, write_csv, write_json
+from .files import check_inside, folder_lock, remove_inside, write_csv, write_json
 from .processes import command_name
 
 EVAL_FORMAT = "pondernet_tutorial/evaluation-v3"
@@ -388,6 +388,7 @@ def evaluate_run(
 
     experiment = get_experiment(config.experiment)
     run_dir = config.run_dir
+    check_inside(run_dir, config.output_dir)  # no lock, read or write through a link out of the folder
     with folder_lock(run_dir, wait=True, doing="training or evaluating it"):
         if not overwrite and tables_up_to_date(config, limit, seed, sweep):
             return load_run_tables(run_dir)
@@ -577,6 +578,7 @@ def evaluate_halting(
     if not has_difficulty(config):
         return None
     run_dir = config.run_dir
+    check_inside(run_dir, config.output_dir)  # no lock, read or write through a link out of the folder
     with folder_lock(run_dir, wait=True, doing="training or evaluating it"):
         if not overwrite and halting_up_to_date(config, limit, seed):
             return read_table(run_dir / "halting.csv", follow_links=False)

@@ -157,6 +157,13 @@ CHECKPOINT_NAME = re.compile(r"(best|last)(-v\d+)?\.ckpt")
 # one of them being written whole (files.atomic_file) when its process was killed: removed by the next write
 CHECKPOINT_TEMP = re.compile(r"\.(best|last)(-v\d+)?\.ckpt\.\d+-[0-9a-f]+\.tmp")
 MAX_ENTRIES = 10_000  # files in an unfinished run's folder: a few checkpoints and log files
+# what the loggers write in logs/: the csv logger a folder version_<n> per sitting, with its metrics.csv
+# (appended in place), the temporary file of its whole writes, and an older engine's hparams.yaml;
+# tensorboard its event files and hparams.yaml in logs/ itself; wandb a tree of its own in logs/wandb
+SITTING = re.compile(r"version_\d+")
+SITTING_FILE = re.compile(r"metrics\.csv|hparams\.yaml|\.metrics\.csv\.\d+-[0-9a-f]+\.tmp")
+LOGS_FILE = re.compile(r"events\.out\.tfevents\..+|hparams\.yaml")
+APPENDED = "metrics.csv"  # the one file a run writes in place, not whole: a hard link to it would change
 
 
 class KeptRunError(CheckpointError):
@@ -289,37 +296,55 @@ def _check_entries(run_dir: Path, top_level=UNFINISHED, what: str = "an unfinish
             path = here / name
             info = os.lstat(path)
             relative = path.relative_to(run_dir)
-            # the csv logger takes the next version_<n> not held by a folder, and fails on any other
-            # entry of that name: only folders, so that the run can continue
-            if relative.parts[0] == "logs" and len(relative.parts) == 2 and name.startswith("version_"):
-                if not stat.S_ISDIR(info.st_mode):
-                    raise CheckpointError(f"{relative} is not a folder of the run's history")
+            top, regular, folder_ = relative.parts[0], stat.S_ISREG(info.st_mode), stat.S_ISDIR(info.st_mode)
             if stat.S_ISLNK(info.st_mode):
-                if relative.parts[0] != "logs" or inside not in path.resolve().parents:
+                if relative.parts[:2] != ("logs", "wandb") or inside not in path.resolve().parents:
                     raise CheckpointError(
-                        f"{relative} is a symbolic link out of the run or in its checkpoints"
+                        f"{relative} is a symbolic link out of the run or outside wandb's logs"
                     )
                 continue
-            if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+            if not (regular or folder_):
                 raise CheckpointError(f"{relative} is not a regular file")
-            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:  # cp -al, rsync --link-dest
+            if regular and info.st_nlink > 1 and name == APPENDED:  # cp -al, rsync --link-dest
                 raise CheckpointError(
-                    f"{relative} has {info.st_nlink} names (a hard link): writing it would change the others"
+                    f"{relative} has {info.st_nlink} names (a hard link): appending to it would change the others"
                 )
-            top = relative.parts[0]
-            temp = len(relative.parts) == 1 and name.startswith(".") and name.endswith(".tmp")
-            if top not in top_level and not (temp and stat.S_ISREG(info.st_mode)):  # a whole write's temp
-                raise CheckpointError(f"{relative} is not a file of {what}")
-            if (
-                top == "checkpoints"
-                and len(relative.parts) > 1
-                and not (
-                    len(relative.parts) == 2
-                    and (CHECKPOINT_NAME.fullmatch(name) or CHECKPOINT_TEMP.fullmatch(name))
-                    and stat.S_ISREG(info.st_mode)
-                )
+            if len(relative.parts) == 1:
+                if top in ("checkpoints", "logs") and not folder_:
+                    raise CheckpointError(f"{relative} is not a folder")
+                temp = regular and _a_temp_of(name, {*top_level, WEIGHTS})  # a kill in the final save
+                if top not in top_level and not temp:  # a whole write's temporary file, named by its file
+                    raise CheckpointError(f"{relative} is not a file of {what}")
+                if top in top_level and top not in ("checkpoints", "logs") and not regular:
+                    raise CheckpointError(f"{relative} is not a regular file")
+            elif top == "checkpoints" and not (
+                len(relative.parts) == 2
+                and (CHECKPOINT_NAME.fullmatch(name) or CHECKPOINT_TEMP.fullmatch(name))
+                and regular
             ):
                 raise CheckpointError(f"{relative} is not a checkpoint of the run")
+            elif top == "logs" and not _a_log(relative.parts[1:], regular, folder_):
+                if len(relative.parts) == 2 and SITTING.fullmatch(name):  # the csv logger would fail on it
+                    raise CheckpointError(f"{relative} is not a folder of the run's history")
+                raise CheckpointError(f"{relative} is not a file of the run's logs")
+
+
+def _a_temp_of(name: str, files) -> bool:
+    """Whether ``name`` is the temporary file of a whole write (files.atomic_file) of one of ``files``."""
+    return any(re.fullmatch(rf"\.{re.escape(file)}\.\d+-[0-9a-f]+\.tmp", name) for file in files)
+
+
+def _a_log(parts: tuple, regular: bool, folder: bool) -> bool:
+    """Whether ``logs/<parts>`` is what a logger writes (:data:`SITTING`, :data:`LOGS_FILE`)."""
+    if parts[0] == "wandb":
+        return True  # wandb's own tree (its links are checked above)
+    if SITTING.fullmatch(parts[0]):  # the csv logger takes the next version_<n> not held by a folder
+        return (
+            folder
+            if len(parts) == 1
+            else len(parts) == 2 and regular and bool(SITTING_FILE.fullmatch(parts[1]))
+        )
+    return len(parts) == 1 and regular and bool(LOGS_FILE.fullmatch(parts[0]))
 
 
 def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -> list[dict]:
@@ -467,20 +492,32 @@ def resumable(run_dir: Path, identity: dict, datamodule, overwrite: bool = False
         _check_unfinished_folder(run_dir)  # before resume.json is read
     except CheckpointError as error:  # any other error (an I/O error) is raised: the run is kept
         if not overwrite:
+            continues = type(datamodule).state_dict is not L.LightningDataModule.state_dict
             raise KeptRunError(
-                run_dir, str(error), f"Remove that entry to continue it, or {RETRAIN}."
+                run_dir,
+                str(error),
+                f"Remove that entry to continue it, or {RETRAIN}."
+                if continues
+                else "Move that entry away to train the run here, or pass --overwrite, which removes it.",
             ) from None
         cannot_continue(run_dir, error)
         return False
     recorded = read_json(run_dir / RESUME_FILE, follow_links=False)
     saved = recorded.get("identity") if isinstance(recorded, dict) else None
+    trained = os.path.lexists(run_dir / "checkpoints" / "last.ckpt")  # a link too: refused above
+    if trained and not isinstance(saved, dict):  # written whole: damaged by hand
+        reason = f"its {RESUME_FILE} records no configuration"
+        if not overwrite:
+            raise KeptRunError(run_dir, reason, f"Mend it from a copy, or {RETRAIN}.")
+        cannot_continue(run_dir, reason)
+        return False
     if isinstance(saved, dict) and not overwrite:  # another configuration's epochs are never removed unasked
         check_same_identity(saved, identity, f"the unfinished run in {run_dir}")
     if type(datamodule).state_dict is L.LightningDataModule.state_dict:
+        if trained:
+            cannot_continue(run_dir, "its data module keeps no state of its batches, as MNIST's")
         return False
-    if not os.path.lexists(run_dir / "checkpoints" / "last.ckpt"):  # a link too: refused above
-        return False
-    return saved == plain(identity)
+    return trained and saved == plain(identity)
 
 
 def check_only_run_files(run_dir: Path) -> None:
@@ -505,18 +542,18 @@ def read_metadata(run_dir: Path) -> dict | None:
     return read_json(Path(run_dir) / "metadata.json", follow_links=False)  # no link out of the run
 
 
-def completed_run(
-    run_dir: Path, identity: dict | None = None, expected: dict | None = None, warn: bool = True
-) -> dict | None:
+def completed_run(run_dir: Path, identity: dict | None = None, expected: dict | None = None) -> dict | None:
     """The metadata of a finished run: its ``metadata.json`` parses and records ``identity`` (the
     requested configuration's, :meth:`TrainConfig.identity`), and its ``model.safetensors`` is a whole
     model file (:func:`~.checkpoints.read_header`) of the hyperparameters that the metadata records
-    and the requested module has (``expected``). ``None`` for a run that is not there or not finished; a
-    damaged one also gets a one-line warning (it will be trained again). Nothing is built or loaded:
-    whoever loads the model checks it whole (:func:`~.checkpoints.load_model`).
+    and the requested module has (``expected``). ``None`` for a run that is not there or not finished
+    (no model file). Nothing is built or loaded: whoever loads the model checks it whole
+    (:func:`~.checkpoints.load_model`).
 
     Raises:
         ConfigMismatchError: the folder holds a run of another configuration than ``identity``.
+        KeptRunError: it holds a model file, and its records or the file are damaged: the run is kept
+            (the caller trains it again only with ``overwrite``, and then never asks).
     """
     run_dir = Path(run_dir)
     if not (run_dir / WEIGHTS).exists():
@@ -538,6 +575,6 @@ def completed_run(
             problem = str(error)
     if problem is None:
         return metadata
-    if warn and is_rank_zero():
-        print(f"warning: the run in {run_dir} is damaged ({problem}): training it again.", file=sys.stderr)
-    return None
+    # its model file is written last: a kill never leaves it beside a damaged record, so the damage
+    # is someone's, and the training it holds is never removed unasked
+    raise KeptRunError(run_dir, problem, f"Mend it from a copy, or {RETRAIN}.", "finished run")

@@ -314,7 +314,8 @@ def run_one(
     The run's folder is locked meanwhile (:func:`~pondernet_tutorial.runs.files.folder_lock`): if another
     process holds it, this one waits for it (``wait``), or returns at once with ``done="busy"``. A
     damaged run (:func:`~.resume.completed_run`: its metadata does not parse, or its ``model.safetensors`` is
-    not a whole model file of the recorded hyperparameters) is trained again.
+    not a whole model file of the recorded hyperparameters) is kept, and trained again only with
+    ``overwrite``.
     """
     import torch
 
@@ -354,10 +355,7 @@ def run_one(
                     say(f"== drawing halting coins {run_dir}", flush=True)
                     evaluate_halting(config, limit=limit, overwrite=True)
                 return {"run_dir": str(run_dir), "seconds": 0.0, "done": "reused"}
-            if (
-                overwrite
-                or completed_run(run_dir, config.identity(), expected_hparams(config), warn=False) is None
-            ):  # train() warns
+            if overwrite or completed_run(run_dir, config.identity(), expected_hparams(config)) is None:
                 say(f"== training {run_dir}", flush=True)
                 # not overwrite=True: that would delete an unfinished run instead of continuing it
                 module, _ = train(config, overwrite=overwrite)

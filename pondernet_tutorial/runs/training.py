@@ -195,7 +195,7 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
     Everything is checked before the folder is made. A finished run (:func:`~.resume.completed_run`) is
     replaced only with ``overwrite``; an unfinished one of this configuration on a generated task
     continues (:func:`resumable`). An unfinished run of another configuration, or one that cannot
-    continue as it is (its logs damaged, an entry in its folder that no run writes), is kept and
+    continue as it is (its logs or records damaged, an entry in its folder that no run writes), is kept and
     replaced only with ``overwrite``; any other (MNIST's, a damaged checkpoint) is trained again, in
     one line that says why. Another process training into the folder
     raises :class:`~.files.FolderLockedError`, or with ``wait`` is waited for. In a multi-process (DDP)
@@ -214,8 +214,9 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
     Raises:
         RunExistsError: the folder holds this run, finished, and ``overwrite`` is not given.
         ConfigMismatchError: it holds a run of another configuration, and ``overwrite`` is not given.
-        KeptRunError: it holds an unfinished run that cannot continue as it is, or an entry that no
-            run writes (a file of the user's), and ``overwrite`` is not given.
+        KeptRunError: it holds an unfinished run that cannot continue as it is, a finished one whose
+            records or model file are damaged, or an entry that no run writes (a file of the user's),
+            and ``overwrite`` is not given.
         StepDoesNotFitError: the step function fails on the experiment's data (checked on two samples).
         TrainingDivergedError: the loss or the weights stopped being finite; no model is saved.
         Interrupted: (a ``KeyboardInterrupt``) on Ctrl-C, SIGTERM or SIGHUP; the folder keeps no

@@ -740,7 +740,8 @@ def test_an_unfinished_folder_with_a_stranger_or_too_many_entries_is_not_resumed
     with pytest.raises(CheckpointError, match="evaluation.json is not a file of an unfinished run"):
         _check_unfinished_folder(run)
     (run / "evaluation.json").unlink()
+    (run / "logs" / "wandb").mkdir()  # wandb's tree: the one place in logs/ of any name
     for i in range(MAX_ENTRIES + 1):
-        (run / "logs" / str(i)).touch()
+        (run / "logs" / "wandb" / str(i)).touch()
     with pytest.raises(CheckpointError, match="more than 10,000 files"):
         _check_unfinished_folder(run)

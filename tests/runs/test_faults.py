@@ -450,34 +450,40 @@ def damage(config: TrainConfig, how: str) -> None:
         "a model file of other hyperparameters",
     ],
 )
-def test_a_damaged_run_is_trained_again_with_a_one_line_warning(tmp_path, capsys, how):
-    """Before: FileExistsError (a 0-byte model file looked finished) or JSONDecodeError, --overwrite too."""
+def test_a_damaged_finished_run_is_kept_in_one_line_and_trained_again_with_overwrite(tmp_path, how):
+    """Before stop 62: FileExistsError (a 0-byte model file looked finished) or JSONDecodeError. Until
+    round 11: removed and trained again with a warning, the training in a whole model file lost for a
+    hand-edited metadata.json. Its model file is written last, so a kill never leaves this: the run is
+    kept, by train() and by reproduce, until overwrite. Break: warn and return None in completed_run."""
+    from pondernet_tutorial.runs.resume import KeptRunError
+
     config = tiny(tmp_path)
     train(config)
-    for again, warned in (
-        (lambda: train(config), True),
-        (lambda: train(config, overwrite=True), False),  # replaced anyway: nothing to warn about
-        (lambda: run_one(config, limit=4, overwrite=False, reevaluate=False, threads=None), True),
+    damage(config, how)
+    files = {p: p.read_bytes() for p in config.run_dir.rglob("*") if p.is_file()}
+    for again in (
+        lambda: train(config),
+        lambda: run_one(config, limit=4, overwrite=False, reevaluate=False, threads=None),
     ):
-        damage(config, how)
-        capsys.readouterr()
-        again()
-        assert_complete(config)
-        warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
-        assert len(warnings) == warned, warnings
-        if warnings:
-            assert str(config.run_dir) in warnings[0] and "training it again" in warnings[0]
+        with pytest.raises(KeptRunError, match=r"^the finished run in .* is kept: .*\. Mend it from a copy"):
+            again()
+        assert {p: p.read_bytes() for p in config.run_dir.rglob("*") if p.is_file()} == files
+    train(config, overwrite=True)
+    assert_complete(config)
 
 
 @pytest.mark.slow  # a subprocess that imports PyTorch: over 5 s on 2 shared cores
-def test_a_damaged_run_is_one_warning_and_no_traceback_on_the_command_line(tmp_path):
+def test_a_damaged_finished_run_is_one_line_and_status_2_on_the_command_line(tmp_path):
     config = tiny(tmp_path)
     train(config)
     damage(config, "empty metadata.json")
+    model = (config.run_dir / WEIGHTS).read_bytes()
     result = cli("train", *TINY_ARGS, "--output-dir", tmp_path)
-    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
-    assert sum(line.startswith("warning: the run in") for line in result.stderr.splitlines()) == 1
-    assert_complete(config)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert [line for line in result.stderr.splitlines() if "is kept" in line][0].startswith(
+        "error: the finished run"
+    )
+    assert (config.run_dir / WEIGHTS).read_bytes() == model
 
 
 @pytest.mark.slow  # a subprocess that imports PyTorch: over 5 s on 2 shared cores

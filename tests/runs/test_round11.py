@@ -3,6 +3,8 @@ docstring."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pondernet_tutorial.runs import files
@@ -84,3 +86,156 @@ def test_a_crafted_checkpoint_cannot_make_a_callback_of_the_users_remove_outside
     assert (tmp_path / "victim.txt").read_text() == "notes\n"
     # epoch 1's file was removed when epoch 2 came; epoch 0's stays, its record replaced by the victim's
     assert sorted(p.name for p in folder.iterdir()) == ["epoch=0-step=2.ckpt", "epoch=2-step=6.ckpt"]
+
+
+def test_a_record_whose_field_names_hold_escapes_is_named_on_one_printable_line():
+    """A field name with a terminal's escape and a line break, from an untrusted resume.json or
+    metadata.json, set the window's title, cleared the screen and forged a second line of the error.
+    Break: drop the printable filter in config._cut."""
+    from pondernet_tutorial.runs.config import ConfigMismatchError, check_same_identity
+
+    key = "\x1b]0;PWNED\x07\x1b[2J\nforged second line: run rm -rf ~"
+    with pytest.raises(ConfigMismatchError) as caught:
+        check_same_identity({key: 1, "lr": 0.1}, {"lr": 0.2}, "the run in x")
+    message = str(caught.value)
+    assert message.isprintable() and "lr: saved 0.1, requested 0.2" in message
+
+
+# ---------------------------------------------------------------------------------------------------
+# Round 11's run folders: nothing of a run or of its user removed unasked; reads stay inside
+
+
+@pytest.fixture
+def stopped(tmp_path, monkeypatch):
+    from test_untrusted_runs import stopped_run
+
+    return stopped_run(tmp_path / "runs", monkeypatch)
+
+
+def test_a_constant_schedule_run_asked_for_with_another_plateau_setting_is_the_same_run(tmp_path):
+    """Under a constant rate the plateau's settings are no part of the run (its identity and folder
+    leave them out), but the module saved them: asking again with --lr-factor 0.3 found the finished run
+    "damaged" and trained it again. Break: pass config.lr_factor to the module in build.make_module."""
+    from test_untrusted_runs import tiny
+
+    from pondernet_tutorial.runs.training import RunExistsError, train
+
+    first = tiny(tmp_path, lr_schedule="constant")
+    train(first)
+    model = (first.run_dir / "model.safetensors").read_bytes()
+    again = tiny(tmp_path, lr_schedule="constant", lr_factor=0.3, lr_patience=7)
+    with pytest.raises(RunExistsError):
+        train(again)
+    assert (first.run_dir / "model.safetensors").read_bytes() == model
+
+
+@pytest.mark.parametrize("record", ['{"identity": 5}', "", "{}"])
+def test_an_unfinished_run_whose_resume_record_names_no_configuration_is_kept(stopped, record, capsys):
+    """resume.json is written whole: one that names no configuration was edited, and its run was
+    removed and trained from epoch 0 without a word. Break: drop the refusal in resumable."""
+    from test_untrusted_runs import kept_then_overwritten
+
+    (stopped.run_dir / "resume.json").write_text(record)
+    kept_then_overwritten(stopped, capsys, "its resume.json records no configuration")
+
+
+@pytest.mark.parametrize(
+    "entry, named",
+    [
+        ("logs/analysis.ipynb", "logs/analysis.ipynb"),
+        ("logs/plots/fig1.png", "logs/plots"),
+        ("logs/version_0/notes.txt", "logs/version_0/notes.txt"),
+        ("history.csv/mine.txt", "history.csv is not a regular file"),
+    ],
+)
+def test_a_users_file_under_the_logs_or_a_folder_named_as_a_run_file_is_kept(stopped, entry, named, capsys):
+    """Below logs/ any name passed, so a user's notebook there was removed with the run; a folder named
+    history.csv passed as the run's file and failed the final save on every try. Break: accept any
+    entry under logs/ in _check_entries (``_a_log`` returning True), or any type at the top level."""
+    from test_untrusted_runs import kept_then_overwritten
+
+    path = stopped.run_dir / entry
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("mine")
+    kept_then_overwritten(stopped, capsys, named)
+
+
+def test_a_hard_linked_backup_of_files_written_whole_lets_the_run_continue(stopped, tmp_path):
+    """cp -al of a stopped run gave each of its files a second name; every one was refused, and the
+    advice, to remove it, lost the run. Only metrics.csv is written in place (appended): the files
+    replaced whole (resume.json, the checkpoints) change nothing of their other names. Break: refuse
+    a hard link whatever its name in _check_entries."""
+    import os
+    import shutil
+
+    from pondernet_tutorial.runs.training import train
+
+    backup = tmp_path / "backup"
+    shutil.copytree(stopped.run_dir, backup, copy_function=os.link)
+    for sitting in (stopped.run_dir / "logs").glob("version_*"):  # the appended file, copied
+        metrics = sitting / "metrics.csv"
+        data = metrics.read_bytes()
+        metrics.unlink()
+        metrics.write_bytes(data)
+    kept = {p: p.read_bytes() for p in backup.rglob("*") if p.is_file()}
+    _, metadata = train(stopped)
+    assert metadata["resumed"]
+    assert {p: p.read_bytes() for p in backup.rglob("*") if p.is_file()} == kept
+
+
+def test_evaluation_refuses_a_run_folder_reached_through_a_link_before_any_lock_or_read(tmp_path):
+    """evaluate_run and evaluate_halting took the run's lock and read its model through a link out of
+    the output folder before their first write was refused. Break: drop check_inside in both."""
+    from test_untrusted_runs import tiny
+
+    from pondernet_tutorial.runs.evaluation import evaluate_halting, evaluate_run
+    from pondernet_tutorial.runs.training import train
+
+    outside = tiny(tmp_path / "outside")
+    train(outside)
+    for lock in (tmp_path / "outside").rglob("*.lock"):  # train() leaves its lock file: a new one would show
+        lock.unlink()
+    before = sorted(p for p in (tmp_path / "outside").rglob("*"))
+    config = tiny(tmp_path / "runs")
+    Path(config.output_dir).mkdir(parents=True)
+    (Path(config.output_dir) / config.experiment).symlink_to(tmp_path / "outside" / config.experiment)
+    for evaluate in (evaluate_run, evaluate_halting):
+        with pytest.raises(FileExistsError, match="is a symbolic link or lies outside"):
+            evaluate(config, limit=4)
+    assert sorted(p for p in (tmp_path / "outside").rglob("*")) == before
+
+
+def test_a_runs_table_that_names_one_run_through_links_is_refused(tmp_path):
+    """Links inside the results root to one run folder read its table once per link (200 links, 200
+    reads of up to 64 MiB). Break: key the duplicates on the path as named, not as resolved."""
+    from test_round10 import _per_sample, _runs
+
+    from pondernet_tutorial.analysis.notebook import load_table
+    from pondernet_tutorial.untrusted import DamagedFileError
+
+    _per_sample(tmp_path / "run", 4)
+    (tmp_path / "again").symlink_to(tmp_path / "run")
+    with pytest.raises(DamagedFileError, match="names 'again' twice"):
+        load_table(tmp_path, _runs("run", "again"), "per_sample.csv.gz")
+
+
+def test_an_unfinished_run_of_a_data_module_without_state_says_it_starts_again(tmp_path, capsys):
+    """An unfinished MNIST run was removed and trained from epoch 0 without a line, and one holding a
+    user's file was kept with the advice to remove that file "to continue it", which MNIST never does.
+    Break: return False without cannot_continue in resumable, or keep the one remedy."""
+    import json
+
+    import lightning as L
+
+    from pondernet_tutorial.runs.resume import KeptRunError, resumable
+
+    run = tmp_path / "seed0"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"PK")
+    (run / "resume.json").write_text(json.dumps({"identity": {"lr": 0.1}}))
+    stateless = L.LightningDataModule()  # as MNIST's: no state of its batches
+    assert resumable(run, {"lr": 0.1}, stateless) is False
+    assert "cannot be continued (its data module keeps no state of its batches" in capsys.readouterr().err
+    (run / "notes.txt").write_text("mine")
+    with pytest.raises(KeptRunError, match="Move that entry away to train the run here, or pass --overwrite"):
+        resumable(run, {"lr": 0.1}, stateless)

@@ -98,7 +98,7 @@ def test_4_a_run_folder_nested_too_deep_or_looping_is_one_error(tmp_path, reques
     sys.setrecursionlimit(1000)
     request.addfinalizer(lambda: sys.setrecursionlimit(limit))
     deep = tmp_path / "deep"
-    folder = deep / "logs"
+    folder = deep / "logs" / "wandb"  # wandb's tree: the one place in logs/ of any name
     folder.mkdir(parents=True)
     for _ in range(1100):  # one level at a time: mkdir(parents=True) recurses too
         folder = folder / "a"
@@ -113,8 +113,8 @@ def test_4_a_run_folder_nested_too_deep_or_looping_is_one_error(tmp_path, reques
             os.rmdir(folder)
             folder = folder.parent
     loop = tmp_path / "loop"
-    (loop / "logs").mkdir(parents=True)
-    (loop / "logs" / "loop").symlink_to(loop / "logs" / "loop")
+    (loop / "logs" / "wandb").mkdir(parents=True)
+    (loop / "logs" / "wandb" / "loop").symlink_to(loop / "logs" / "wandb" / "loop")
     with pytest.raises(CheckpointError, match="nest too deep or hold a loop"):
         _check_unfinished_folder(loop)
 
