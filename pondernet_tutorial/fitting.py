@@ -48,7 +48,7 @@ class StopOnNonFinite(Callback):
             what = f"training loss {float(loss)}" if not finite_loss else "weights"
             raise TrainingDivergedError(
                 f"training diverged in epoch {trainer.current_epoch + 1} (non-finite {what}); no model was "
-                f"saved: check the data for NaN or infinite values, lower the learning rate "
+                f"saved: check the data and the step function for NaN or infinite values, lower the learning rate "
                 f"(lr={pl_module.hparams.get('lr')}) or clip the gradients (the Trainer's "
                 "gradient_clip_val; --grad-clip on the command line)."
             )

@@ -470,7 +470,9 @@ def test_a_training_that_diverged_names_the_data_too(tmp_path):
     datamodule = LightningDataModule.from_datasets(TensorDataset(x, y), TensorDataset(x, y), batch_size=8)
     from pondernet_tutorial.fitting import TrainingDivergedError
 
-    with pytest.raises(TrainingDivergedError, match="check the data for NaN or infinite values"):
+    with pytest.raises(
+        TrainingDivergedError, match="check the data and the step function for NaN or infinite values"
+    ):
         fit(_module(), datamodule, 1, default_root_dir=tmp_path, **QUIET)
 
 
