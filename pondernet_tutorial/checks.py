@@ -44,9 +44,10 @@ def validates(datamodule, limit_val_batches) -> bool:
     )
 
 
-def check_batch(batch, model) -> None:
+def check_batch(batch, model, precision="32-true") -> None:
     """``batch`` must be ``(inputs, targets)``, its targets class indices, its inputs not float64 for a
-    model of another dtype (numpy's default: torch's layers would fail deep inside the first step)."""
+    model of another dtype (numpy's default: torch's layers would fail deep inside the first step),
+    and, at the Trainer's default ``precision`` (which converts no input), of the model's dtype."""
     if not isinstance(batch, (tuple, list)) or len(batch) != 2:
         what = f"{len(batch)} items" if isinstance(batch, (tuple, list)) else type(batch).__name__
         raise ValueError(
@@ -61,8 +62,22 @@ def check_batch(batch, model) -> None:
     if model.loss_fn is per_sample_cross_entropy and y.dtype != torch.long:  # torch's cross-entropy
         raise ValueError(f"targets must be class indices of dtype torch.long, got {y.dtype}: use y.long().")
     weight = next(model.parameters(), None)
-    if isinstance(x, Tensor) and x.dtype == torch.float64 and weight is not None and weight.dtype != x.dtype:
-        raise ValueError(f"the inputs are float64 and the model's weights {weight.dtype}: use x.float().")
+    if (
+        not isinstance(x, Tensor)
+        or weight is None
+        or not weight.is_floating_point()
+        or weight.dtype == x.dtype
+    ):
+        return
+    if x.dtype == torch.float64 or (x.is_floating_point() and str(precision) in ("32-true", "32")):
+        cast = {
+            torch.float32: "x.float()",
+            torch.float64: "x.double() (or the Trainer's precision='64-true')",
+        }
+        raise ValueError(
+            f"the inputs are {str(x.dtype)[6:]} and the model's weights {weight.dtype}: use "
+            f"{cast.get(weight.dtype, f'x.to({weight.dtype})')}."
+        )
 
 
 def check_step_returns(model, x, y=None) -> None:

@@ -76,7 +76,7 @@ class CheckBatches(Callback):
         self.checked = set()  # the loops whose first batch was checked
 
     def check(self, loop, pl_module, batch):
-        check_batch(batch, pl_module.model)
+        check_batch(batch, pl_module.model, pl_module.trainer.precision)
         if loop not in self.checked:
             check_step_returns(pl_module.model, *batch)
             self.checked.add(loop)

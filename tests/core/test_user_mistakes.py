@@ -202,6 +202,30 @@ def test_targets_outside_the_steps_classes_are_named_before_the_step(tmp_path, w
         fit(_module(), datamodule, 1, default_root_dir=tmp_path, num_sanity_val_steps=0, **QUIET)
 
 
+@pytest.mark.parametrize(
+    "x_dtype, model_dtype, message",
+    [
+        (
+            torch.float32,
+            torch.float64,
+            r"float32 and the model's weights torch.float64: use x.double\(\) \(or the Trainer's precision='64-true'\)",
+        ),
+        (torch.float16, torch.float32, r"float16 and the model's weights torch.float32: use x.float\(\)"),
+    ],
+)
+def test_inputs_of_another_dtype_than_the_model_are_named(tmp_path, x_dtype, model_dtype, message):
+    """A float64 model given float32 inputs, or float16 inputs to a float32 model, failed in torch's
+    words ("mat1 and mat2 must have the same dtype"; round 11's reuse review); at precision="64-true"
+    Lightning converts the inputs itself and trains. Break: check float64 inputs only in check_batch."""
+    x, y = torch.randn(8, 4, dtype=x_dtype), torch.randint(0, 2, (8,))
+    datamodule = LightningDataModule.from_datasets(TensorDataset(x, y), TensorDataset(x, y), batch_size=4)
+    module = PonderLitModule(PonderNet(Step(), max_steps=3).to(model_dtype))
+    with pytest.raises(ValueError, match=f"^the inputs are {message}\\.$"):
+        fit(module, datamodule, 1, default_root_dir=tmp_path, **QUIET)
+    if model_dtype == torch.float64:
+        fit(module, datamodule, 1, default_root_dir=tmp_path, precision="64-true", **QUIET)
+
+
 class Returns(Step):
     """A step that returns what a user might by mistake."""
 
