@@ -187,21 +187,30 @@ class CheckedCheckpointIO(TorchCheckpointIO):
         return checkpoint
 
     def remove_checkpoint(self, path) -> None:
-        """Remove the checkpoint file ``path``: never a folder, a link or anything but a regular file,
-        never through ``..`` (Lightning removes only paths under its callback's folder, and names its own
-        files without it), never a remote one; such a path, restored from a checkpoint, is left where it
-        is with a warning."""
+        """Remove the checkpoint file ``path``: a regular file or a link (``save_last="link"``; the link
+        alone goes), never a folder or anything else, never through ``..`` (Lightning removes only
+        paths under its callback's folder, and names its own without it); a remote one (``s3://``) only
+        as one ``.ckpt`` file. Any other path, such as one restored from a crafted checkpoint, is left
+        where it is with a warning."""
         path = os.fspath(path)
-        try:
-            plain = "://" not in path and ".." not in Path(path).parts  # Lightning's: in its folder
-            if plain and stat.S_ISREG(os.lstat(path).st_mode):
+        if "://" in path:  # an fsspec file system: a checkpoint file, never a tree
+            from lightning.fabric.utilities.cloud_io import get_filesystem
+
+            fs = get_filesystem(path)
+            if path.endswith(".ckpt") and ".." not in path.split("/") and fs.isfile(path):
+                fs.rm(path)
+                return
+        elif ".." not in Path(path).parts:
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                return
+            if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
                 os.unlink(path)
                 return
-        except FileNotFoundError:
-            return
         warnings.warn(
             f"left {path[:200]!r} where it is: a checkpoint callback asked to remove it, and it is not a "
-            "checkpoint file of its folder (a path restored from the checkpoint fit continued from).",
+            "checkpoint file (a folder, or a path that climbs out of its folder with '..').",
             stacklevel=2,
         )
 

@@ -195,7 +195,7 @@ def held_csv_logger(save_dir: Path, inside):
 
         def _append(self, path: Path) -> bool:
             """Append the new rows to the regular file ``path``; False where it is not one (gone, or
-            swapped for a link: then it is written whole)."""
+            swapped for a link) or has other names (a hard link): then it is written whole."""
             folder = open_inside(path.parent, inside)
             try:
                 flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK  # a FIFO never blocks
@@ -207,7 +207,8 @@ def held_csv_logger(save_dir: Path, inside):
             finally:
                 os.close(folder)
             with open(fd, "w", encoding="utf-8", newline="") as file:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO: never written into
+                info = os.fstat(fd)  # a FIFO is never written into, nor a file of other names (cp -al)
+                if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
                     return False
                 csv.DictWriter(file, fieldnames=self.metrics_keys).writerows(self.metrics)
             return True

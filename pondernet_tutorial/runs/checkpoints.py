@@ -247,6 +247,17 @@ def _hparams_differences(saved: dict, expected: dict) -> str:
     return "; ".join(d.replace("requested", "expected") for d in identity_differences(saved, expected))
 
 
+def comparable(hparams) -> dict:
+    """A module's hyperparameters as a model file and a request are compared: without the plateau
+    schedule's settings where no plateau schedule reads them (the run's identity leaves them out, and
+    an engine before stop 63 saved the requested ones)."""
+    hparams = plain(dict(hparams))
+    if hparams.get("lr_schedule") == "constant":
+        for name in ("lr_patience", "lr_factor"):
+            hparams.pop(name, None)
+    return hparams
+
+
 def expected_hparams(config: TrainConfig) -> dict:
     """The hyperparameters of the model that a configuration trains (as saved in its model file)."""
     return plain(dict(make_module(config).hparams))
@@ -308,7 +319,7 @@ def load_model(
     asked = None
     if config is not None:
         asked = expected_hparams(config)
-        if plain(hparams) != asked:
+        if comparable(hparams) != comparable(asked):
             raise CheckpointError(
                 f"{path} is not the model of the requested configuration "
                 f"({_hparams_differences(hparams, asked)}): train the run again."

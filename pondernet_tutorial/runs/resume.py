@@ -30,7 +30,7 @@ from ..checkpointing import (
     read_checkpoint_file,
 )
 from ..untrusted import MAX_TABLE_BYTES, CheckpointError, DamagedFileError, read_json, read_table
-from .checkpoints import read_header
+from .checkpoints import comparable, read_header
 from .config import WEIGHTS, check_same_identity, identity_differences
 from .files import atomic_file, plain, remove_inside
 from .options import MAX_PARAMETERS
@@ -163,7 +163,6 @@ MAX_ENTRIES = 10_000  # files in an unfinished run's folder: a few checkpoints a
 SITTING = re.compile(r"version_\d+")
 SITTING_FILE = re.compile(r"metrics\.csv|hparams\.yaml|\.metrics\.csv\.\d+-[0-9a-f]+\.tmp")
 LOGS_FILE = re.compile(r"events\.out\.tfevents\..+|hparams\.yaml")
-APPENDED = "metrics.csv"  # the one file a run writes in place, not whole: a hard link to it would change
 
 
 class KeptRunError(CheckpointError):
@@ -172,7 +171,9 @@ class KeptRunError(CheckpointError):
     says why and what to do."""
 
     def __init__(self, run_dir: Path, reason: str, remedy: str, what: str = "unfinished run"):
-        reason = printable(reason)  # a file's name may hold a line break: the error stays one line
+        reason = printable(reason).rstrip(
+            "."
+        )  # a file's name may hold a line break: the error stays one line
         super().__init__(f"the {what} in {run_dir} is kept: {reason}. {remedy}")
         self.reason = reason  # what --overwrite's line says when it trains the run again
 
@@ -270,22 +271,20 @@ def kept_unfinished(run_dir: Path, error: BaseException) -> None:
 
 
 def _check_unfinished_folder(run_dir: Path, top_level=UNFINISHED, what: str = "an unfinished run") -> None:
-    """Raise ``CheckpointError`` unless every entry of the folder is one that a run writes: no link that
-    leads out of the folder (``logs`` or ``checkpoints`` pointing elsewhere would make Lightning write or
-    delete there; wandb's own ``latest-run`` link stays inside), no FIFO or device, and only Lightning's
-    own checkpoint files in ``checkpoints/``."""
+    """Raise ``CheckpointError`` unless every entry of the folder is one that a run writes: no link but
+    in wandb's own tree, ``logs/wandb/`` (``logs`` or ``checkpoints`` pointing elsewhere would make
+    Lightning write or delete there; no link is followed, and removing one removes the link), no FIFO or
+    device, only Lightning's own checkpoint files in ``checkpoints/`` and the loggers' files in
+    ``logs/``."""
     try:
         _check_entries(run_dir, top_level, what)
     except CheckpointError:  # (a RuntimeError too)
         raise
-    except (RecursionError, RuntimeError) as error:  # os.walk recurses; resolve() raises on a link loop
-        raise CheckpointError(
-            f"its folders nest too deep or hold a loop of links ({type(error).__name__})"
-        ) from None
+    except RecursionError as error:  # os.walk recurses once per level
+        raise CheckpointError(f"its folders nest too deep ({type(error).__name__})") from None
 
 
 def _check_entries(run_dir: Path, top_level=UNFINISHED, what: str = "an unfinished run") -> None:
-    inside = run_dir.resolve()
     entries = 0
     for folder, names, files in os.walk(run_dir):  # os.walk never follows links
         here = Path(folder)
@@ -297,18 +296,12 @@ def _check_entries(run_dir: Path, top_level=UNFINISHED, what: str = "an unfinish
             info = os.lstat(path)
             relative = path.relative_to(run_dir)
             top, regular, folder_ = relative.parts[0], stat.S_ISREG(info.st_mode), stat.S_ISDIR(info.st_mode)
-            if stat.S_ISLNK(info.st_mode):
-                if relative.parts[:2] != ("logs", "wandb") or inside not in path.resolve().parents:
-                    raise CheckpointError(
-                        f"{relative} is a symbolic link out of the run or outside wandb's logs"
-                    )
+            if stat.S_ISLNK(info.st_mode):  # wandb's own (latest-run, its debug logs in ~/.cache/wandb):
+                if relative.parts[:2] != ("logs", "wandb") or len(relative.parts) == 2:  # never followed
+                    raise CheckpointError(f"{relative} is a symbolic link outside wandb's logs")
                 continue
             if not (regular or folder_):
                 raise CheckpointError(f"{relative} is not a regular file")
-            if regular and info.st_nlink > 1 and name == APPENDED:  # cp -al, rsync --link-dest
-                raise CheckpointError(
-                    f"{relative} has {info.st_nlink} names (a hard link): appending to it would change the others"
-                )
             if len(relative.parts) == 1:
                 if top in ("checkpoints", "logs") and not folder_:
                     raise CheckpointError(f"{relative} is not a folder")
@@ -358,7 +351,7 @@ def check_last_checkpoint(checkpoint: dict, run_dir: Path, module, datamodule) -
         ("model", checkpoint.get("hyper_parameters"), module.hparams),
         ("data", checkpoint.get("datamodule_hyper_parameters"), datamodule.hparams),
     ):
-        if not isinstance(saved, dict) or plain(dict(saved)) != plain(dict(expected)):
+        if not isinstance(saved, dict) or comparable(saved) != comparable(expected):
             differences = "; ".join(identity_differences(dict(saved or {}), dict(expected)))
             raise CheckpointError(f"its {what} hyperparameters are not this configuration's: {differences}")
     epochs = checkpoint.get("epoch")
@@ -569,7 +562,7 @@ def completed_run(run_dir: Path, identity: dict | None = None, expected: dict | 
             recorded = plain(read_header(run_dir / WEIGHTS, follow_links=False)[0])  # no link out of the run
             if recorded != plain(metadata.get("hparams")):
                 problem = f"its {WEIGHTS} is not the model that its metadata.json records"
-            elif expected is not None and recorded != plain(dict(expected)):
+            elif expected is not None and comparable(recorded) != comparable(expected):
                 problem = f"its {WEIGHTS} is not the model of this configuration"
         except CheckpointError as error:
             problem = str(error)

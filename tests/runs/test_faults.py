@@ -42,6 +42,7 @@ from pondernet_tutorial.runs import studies
 from pondernet_tutorial.runs.checkpoints import FORMAT, CheckpointError, load_model, load_pretrained
 from pondernet_tutorial.runs.config import PRETRAINED_DIR, WEIGHTS, TrainConfig
 from pondernet_tutorial.runs.evaluation import evaluate_run
+from pondernet_tutorial.runs.resume import KeptRunError
 from pondernet_tutorial.runs.studies import Study, load_study, reproduce, run_one
 from pondernet_tutorial.runs.training import train
 
@@ -523,7 +524,10 @@ def test_a_model_file_of_another_run_is_refused(tmp_path, monkeypatch):
         load_pretrained("parity-interpolation", lambda_p=0.2, **options)
     with pytest.raises(CheckpointError, match="lambda_p"):
         evaluate_run(asked, limit=4)
-    assert run_one(asked, limit=4, overwrite=False, reevaluate=False, threads=None)["done"] == "trained"
+    # the run is kept (round 11: a finished run's training is never removed unasked), retrained with overwrite
+    with pytest.raises(KeptRunError, match="is not the model of this configuration"):
+        run_one(asked, limit=4, overwrite=False, reevaluate=False, threads=None)
+    assert run_one(asked, limit=4, overwrite=True, reevaluate=False, threads=None)["done"] == "trained"
     assert load_model(path).hparams.method_options["lambda_p"] == 0.2
 
 

@@ -160,11 +160,11 @@ def test_a_users_file_under_the_logs_or_a_folder_named_as_a_run_file_is_kept(sto
     kept_then_overwritten(stopped, capsys, named)
 
 
-def test_a_hard_linked_backup_of_files_written_whole_lets_the_run_continue(stopped, tmp_path):
+def test_a_hard_linked_backup_of_a_stopped_run_lets_it_continue_and_never_changes(stopped, tmp_path):
     """cp -al of a stopped run gave each of its files a second name; every one was refused, and the
-    advice, to remove it, lost the run. Only metrics.csv is written in place (appended): the files
-    replaced whole (resume.json, the checkpoints) change nothing of their other names. Break: refuse
-    a hard link whatever its name in _check_entries."""
+    advice, to remove it, lost the run. A resumed sitting writes every file whole or new, and appends
+    only to its own metrics.csv, which it writes whole where that file has other names. Break: refuse
+    a hard link in _check_entries, or append whatever st_nlink in build.held_csv_logger."""
     import os
     import shutil
 
@@ -172,15 +172,29 @@ def test_a_hard_linked_backup_of_files_written_whole_lets_the_run_continue(stopp
 
     backup = tmp_path / "backup"
     shutil.copytree(stopped.run_dir, backup, copy_function=os.link)
-    for sitting in (stopped.run_dir / "logs").glob("version_*"):  # the appended file, copied
-        metrics = sitting / "metrics.csv"
-        data = metrics.read_bytes()
-        metrics.unlink()
-        metrics.write_bytes(data)
     kept = {p: p.read_bytes() for p in backup.rglob("*") if p.is_file()}
     _, metadata = train(stopped)
     assert metadata["resumed"]
     assert {p: p.read_bytes() for p in backup.rglob("*") if p.is_file()} == kept
+
+
+def test_a_metrics_file_hard_linked_during_training_is_written_whole_not_through(tmp_path):
+    """A backup (cp -al) taken while a run trains shares its metrics.csv: the next epoch's rows were
+    appended into the backup too. Break: append whatever st_nlink in build.held_csv_logger."""
+    import os
+
+    from pondernet_tutorial.runs.build import held_csv_logger
+
+    logger = held_csv_logger(tmp_path / "logs", tmp_path)
+    logger.log_metrics({"loss": 1.0}, step=0)
+    logger.save()
+    metrics = Path(logger.experiment.metrics_file_path)
+    os.link(metrics, tmp_path / "backup.csv")
+    backup = (tmp_path / "backup.csv").read_bytes()
+    logger.log_metrics({"loss": 0.5}, step=1)
+    logger.save()
+    assert (tmp_path / "backup.csv").read_bytes() == backup
+    assert metrics.read_text().count("\n") == 3 and os.stat(metrics).st_nlink == 1
 
 
 def test_evaluation_refuses_a_run_folder_reached_through_a_link_before_any_lock_or_read(tmp_path):
@@ -239,3 +253,76 @@ def test_an_unfinished_run_of_a_data_module_without_state_says_it_starts_again(t
     (run / "notes.txt").write_text("mine")
     with pytest.raises(KeptRunError, match="Move that entry away to train the run here, or pass --overwrite"):
         resumable(run, {"lr": 0.1}, stateless)
+
+
+def test_a_constant_schedule_run_of_the_engine_before_saved_the_requested_plateau_settings(
+    tmp_path, monkeypatch
+):
+    """Before this stop the module saved the plateau's settings as asked, also under a constant rate;
+    such a finished run, asked for again with the same command, was found "not the model of this
+    configuration" and kept as damaged (the re-check). The plateau's settings are compared only where a
+    plateau schedule reads them. Break: compare the whole hyperparameters in completed_run."""
+    from test_untrusted_runs import tiny
+
+    from pondernet_tutorial.runs import build, training
+    from pondernet_tutorial.runs.checkpoints import load_model
+    from pondernet_tutorial.runs.training import RunExistsError, train
+
+    config = tiny(tmp_path, lr_schedule="constant", lr_factor=0.3)
+    made = build.make_module
+
+    def as_before(config, graphed=False):  # the engine before: the requested settings saved
+        module = made(config, graphed)
+        module.hparams.update(lr_factor=config.lr_factor, lr_patience=config.lr_patience)
+        return module
+
+    monkeypatch.setattr(training, "make_module", as_before)
+    train(config)
+    monkeypatch.undo()
+    assert load_model(config.run_dir / "model.safetensors").hparams["lr_factor"] == 0.3
+    with pytest.raises(RunExistsError):
+        train(config)
+    load_model(config.run_dir / "model.safetensors", config=config)
+
+
+def test_a_callbacks_own_removals_still_happen_remotely_and_for_last_links(tmp_path):
+    """The first fix of remove_checkpoint kept every file of a top-k callback on an fsspec path
+    (memory://, s3://) and every old link of save_last="link" under a templated name, with a warning
+    that blamed a crafted checkpoint (the re-check). Break: refuse '://' paths or links in
+    CheckedCheckpointIO.remove_checkpoint."""
+    import uuid
+    import warnings
+
+    import fsspec
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from tiny_parity import QUIET, module, parity
+    from torch.utils.data import TensorDataset
+
+    from pondernet_tutorial import fit
+
+    data = TensorDataset(*parity(64, 0))
+    datamodule = L.LightningDataModule.from_datasets(data, data, batch_size=32)
+    remote = f"memory://ck-{uuid.uuid4().hex}"
+    top = ModelCheckpoint(dirpath=remote, filename="{epoch}", monitor="epoch", mode="max", save_top_k=1)
+
+    class Links(ModelCheckpoint):
+        CHECKPOINT_NAME_LAST = "last-{epoch}"
+
+    links = Links(dirpath=tmp_path / "ck", filename="{epoch}", save_last="link")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no "left ... where it is"
+        warnings.filterwarnings("ignore", message="(?!left )")
+        fit(
+            module(),
+            datamodule,
+            3,
+            select_by="epoch",
+            callbacks=[top, links],
+            default_root_dir=tmp_path,
+            **QUIET,
+        )
+    assert [p.rsplit("/", 1)[-1] for p in fsspec.filesystem("memory").ls(remote[9:], detail=False)] == [
+        "epoch=2.ckpt"
+    ]
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["epoch=2.ckpt", "last-epoch=2.ckpt"]

@@ -104,7 +104,7 @@ def test_4_a_run_folder_nested_too_deep_or_looping_is_one_error(tmp_path, reques
         folder = folder / "a"
         os.mkdir(folder)
     try:
-        with pytest.raises(CheckpointError, match="nest too deep or hold a loop"):
+        with pytest.raises(CheckpointError, match="nest too deep"):
             _check_unfinished_folder(deep)
         with pytest.raises(FileExistsError, match="nested too deep to delete"):
             remove_inside(deep, tmp_path)
@@ -113,10 +113,14 @@ def test_4_a_run_folder_nested_too_deep_or_looping_is_one_error(tmp_path, reques
             os.rmdir(folder)
             folder = folder.parent
     loop = tmp_path / "loop"
-    (loop / "logs" / "wandb").mkdir(parents=True)
-    (loop / "logs" / "wandb" / "loop").symlink_to(loop / "logs" / "wandb" / "loop")
-    with pytest.raises(CheckpointError, match="nest too deep or hold a loop"):
+    (loop / "logs").mkdir(parents=True)
+    (loop / "logs" / "loop").symlink_to(loop / "logs" / "loop")  # no link is followed, nor resolved
+    with pytest.raises(CheckpointError, match="logs/loop is a symbolic link outside wandb's logs"):
         _check_unfinished_folder(loop)
+    (loop / "logs" / "loop").unlink()
+    (loop / "logs" / "wandb").mkdir()
+    (loop / "logs" / "wandb" / "loop").symlink_to(loop / "logs" / "wandb" / "loop")
+    _check_unfinished_folder(loop)  # wandb's tree: its links are wandb's, never followed
 
 
 def test_6_a_model_header_whose_method_is_a_dictionary_is_one_line(tmp_path, capsys):

@@ -302,12 +302,13 @@ def test_a_run_folders_model_file_is_never_read_through_a_link(tmp_path, capsys)
     kept = outside.read_bytes()
     with pytest.raises(CheckpointError, match="symbolic link"):
         load_model(config.run_dir / WEIGHTS, config=config)
-    assert completed_run(config.run_dir, config.identity(), warn=False) is None
+    with pytest.raises(KeptRunError, match="symbolic link"):  # kept: never taken for finished or removed
+        completed_run(config.run_dir, config.identity())
     (config.run_dir / "metadata.json").rename(tmp_path / "metadata.json")  # (a re-check: then it was)
     with pytest.raises(CheckpointError, match="symbolic link"):
         load_model(config.run_dir / WEIGHTS, config=config)
     (tmp_path / "metadata.json").rename(config.run_dir / "metadata.json")
-    with pytest.raises(KeptRunError, match="model.safetensors is a symbolic link out of the run"):
+    with pytest.raises(KeptRunError, match="model.safetensors is a symbolic link, which is not followed"):
         train(config)  # (before round 7: RunExistsError; before round 10: removed and trained again)
     _, metadata = train(config, overwrite=True)
     assert not (config.run_dir / WEIGHTS).is_symlink() and outside.read_bytes() == kept
