@@ -172,9 +172,10 @@ class CheckedCheckpointIO(TorchCheckpointIO):
     (saves are Lightning's own; the run machinery's subclass writes them whole beside their file), and,
     given the ``module`` it restores, checked to fit it (:func:`check_fits`).
 
-    A removal takes only a regular file named by a plain local path (:meth:`remove_checkpoint`): a
-    ``ModelCheckpoint`` of the caller's own restores the paths in a checkpoint as they were recorded, and
-    Lightning would remove one of them, recursively, when a better epoch comes.
+    A removal takes only a checkpoint file, never a folder or a path through ``..``
+    (:meth:`remove_checkpoint`): a ``ModelCheckpoint`` of the caller's own restores the paths in a
+    checkpoint as they were recorded, and Lightning would remove one of them, recursively, when a
+    better epoch comes.
     """
 
     def __init__(self, max_bytes: int, module: torch.nn.Module | None = None):

@@ -1,7 +1,8 @@
 """What a user can hand the LightningModule wrong, each refused in one line that says what to do: its
 options, whether a fit validates (which patience and the plateau schedule watch), and each batch
-(checked by :func:`~pondernet_tutorial.fitting.fit`'s ``CheckBatches``, before the step: only the first
-batch's check reads values from the device, so a GPU waits once).
+(checked by :func:`~pondernet_tutorial.fitting.fit`'s ``CheckBatches``, before the step: only the check
+of the first batch of training, of validation and of testing reads values from the device, so a GPU
+waits once in each).
 """
 
 from __future__ import annotations

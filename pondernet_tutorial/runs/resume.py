@@ -158,7 +158,7 @@ CHECKPOINT_NAME = re.compile(r"(best|last)(-v\d+)?\.ckpt")
 CHECKPOINT_TEMP = re.compile(r"\.(best|last)(-v\d+)?\.ckpt\.\d+-[0-9a-f]+\.tmp")
 MAX_ENTRIES = 10_000  # files in an unfinished run's folder: a few checkpoints and log files
 # what the loggers write in logs/: the csv logger a folder version_<n> per sitting, with its metrics.csv
-# (appended in place), the temporary file of its whole writes, and an older engine's hparams.yaml;
+# (appended to by its own sitting), the temporary file of its whole writes, an older engine's hparams.yaml;
 # tensorboard its event files and hparams.yaml in logs/ itself; wandb a tree of its own in logs/wandb
 SITTING = re.compile(r"version_\d+")
 SITTING_FILE = re.compile(r"metrics\.csv|hparams\.yaml|\.metrics\.csv\.\d+-[0-9a-f]+\.tmp")
@@ -171,9 +171,8 @@ class KeptRunError(CheckpointError):
     says why and what to do."""
 
     def __init__(self, run_dir: Path, reason: str, remedy: str, what: str = "unfinished run"):
-        reason = printable(reason).rstrip(
-            "."
-        )  # a file's name may hold a line break: the error stays one line
+        # a file's name may hold a line break: the error stays one line, and ends with one full stop
+        reason = printable(reason).rstrip(".")
         super().__init__(f"the {what} in {run_dir} is kept: {reason}. {remedy}")
         self.reason = reason  # what --overwrite's line says when it trains the run again
 
@@ -546,7 +545,7 @@ def completed_run(run_dir: Path, identity: dict | None = None, expected: dict | 
     Raises:
         ConfigMismatchError: the folder holds a run of another configuration than ``identity``.
         KeptRunError: it holds a model file, and its records or the file are damaged: the run is kept
-            (the caller trains it again only with ``overwrite``, and then never asks).
+            (train() with ``overwrite`` trains it again without asking this function).
     """
     run_dir = Path(run_dir)
     if not (run_dir / WEIGHTS).exists():
