@@ -172,14 +172,15 @@ class CheckedCheckpointIO(TorchCheckpointIO):
     (saves are Lightning's own; the run machinery's subclass writes them whole beside their file), and,
     given the ``module`` it restores, checked to fit it (:func:`check_fits`).
 
-    A removal takes only a checkpoint file, never a folder or a path through ``..``
+    A removal takes only a checkpoint file in a folder that this input and output has saved into
     (:meth:`remove_checkpoint`): a ``ModelCheckpoint`` of the caller's own restores the paths in a
     checkpoint as they were recorded, and Lightning would remove one of them, recursively, when a
-    better epoch comes.
+    better epoch comes (anywhere at all for a path with a protocol, ``local://`` or ``s3://``).
     """
 
     def __init__(self, max_bytes: int, module: torch.nn.Module | None = None):
         self.max_bytes, self.module = max_bytes, module
+        self.saved_into: set[str] = set()  # the folders of the checkpoints saved: the only ones removed from
 
     def load_checkpoint(self, path, map_location=None, weights_only=True) -> dict:
         checkpoint = read_checkpoint_file(path, self.max_bytes)
@@ -187,33 +188,48 @@ class CheckedCheckpointIO(TorchCheckpointIO):
             check_fits(checkpoint, self.module, path)
         return checkpoint
 
-    def remove_checkpoint(self, path) -> None:
-        """Remove the checkpoint file ``path``: a regular file or a link (``save_last="link"``; the link
-        alone goes), never a folder or anything else, never through ``..`` (Lightning removes only
-        paths under its callback's folder, and names its own without it); a remote one (``s3://``) only
-        as one ``.ckpt`` file. Any other path, such as one restored from a crafted checkpoint, is left
-        where it is with a warning."""
-        path = os.fspath(path)
-        if "://" in path:  # an fsspec file system: a checkpoint file, never a tree
-            from lightning.fabric.utilities.cloud_io import get_filesystem
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        self.saved_into.add(checkpoint_folder(path))
+        super().save_checkpoint(checkpoint, path, storage_options)
 
-            fs = get_filesystem(path)
-            if path.endswith(".ckpt") and ".." not in path.split("/") and fs.isfile(path):
-                fs.rm(path)
-                return
-        elif ".." not in Path(path).parts:
+    def remove_checkpoint(self, path) -> None:
+        """Remove the checkpoint file ``path`` (a ``.ckpt``; Lightning saves into a folder before it
+        removes an older file of it): a regular file or a link (``save_last="link"``; the link alone
+        goes), in a folder this input and output has saved into, never through ``..``; a remote one as
+        one file. Any other path, such as one restored from a crafted checkpoint, is left where it is
+        with a warning."""
+        path = os.fspath(path)
+        if (
+            path.endswith(".ckpt")
+            and ".." not in re.split(r"[/\\]", path)
+            and checkpoint_folder(path) in self.saved_into
+        ):
             try:
-                mode = os.lstat(path).st_mode
+                if "://" in path:  # an fsspec file system: one file, never a tree
+                    from lightning.fabric.utilities.cloud_io import get_filesystem
+
+                    fs = get_filesystem(path)
+                    if fs.isfile(path):
+                        fs.rm(path)
+                    return
+                if stat.S_ISREG(mode := os.lstat(path).st_mode) or stat.S_ISLNK(mode):
+                    os.unlink(path)
+                    return
             except FileNotFoundError:
                 return
-            if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
-                os.unlink(path)
-                return
+            except (OSError, ValueError):  # a name too long, a NUL byte, a file on the way
+                pass
         warnings.warn(
             f"left {path[:200]!r} where it is: a checkpoint callback asked to remove it, and it is not a "
-            "checkpoint file (a folder, or a path that climbs out of its folder with '..').",
+            "checkpoint file of a folder that this training saved into.",
             stacklevel=2,
         )
+
+
+def checkpoint_folder(path) -> str:
+    """The folder of a checkpoint path as Lightning names it: a local one absolute, a remote one as given."""
+    path = os.fspath(path)
+    return path.rsplit("/", 1)[0] if "://" in path else os.path.dirname(os.path.abspath(path))
 
 
 def check_fits(checkpoint: dict, module: torch.nn.Module, path, optimizer: bool = True) -> None:

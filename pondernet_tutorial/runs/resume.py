@@ -25,6 +25,7 @@ from ..checkpointing import (
     check_adam_settings,
     check_fits,
     check_plateau_schedule,
+    checkpoint_folder,
     holds_adam_state,
     printable,
     read_checkpoint_file,
@@ -101,6 +102,7 @@ class RunCheckpointIO(CheckedCheckpointIO):
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__}.save_checkpoint takes no storage_options.")
+        self.saved_into.add(checkpoint_folder(path))  # (a removal without inside goes by the parent's rule)
         with atomic_file(self._in_checkpoints(path), "wb", self.inside) as handle:
             torch.save(checkpoint, handle)
 

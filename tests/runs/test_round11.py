@@ -326,3 +326,45 @@ def test_a_callbacks_own_removals_still_happen_remotely_and_for_last_links(tmp_p
         "epoch=2.ckpt"
     ]
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["epoch=2.ckpt", "last-epoch=2.ckpt"]
+
+
+@pytest.mark.parametrize(
+    "restored",
+    [
+        "local://{outside}/precious.ckpt",  # Lightning confines only paths of the "file" protocol
+        "memory://elsewhere/precious.ckpt",
+        "{folder}/other_run/best.ckpt",  # another run's file below the callback's folder
+        "{folder}/notes.txt",  # not a checkpoint
+        "{folder}/a\x00.ckpt",  # raised "embedded null byte" out of fit()
+        "{folder}/" + "a" * 300 + ".ckpt",  # raised "File name too long"
+    ],
+)
+def test_a_restored_path_outside_the_folders_saved_into_is_never_removed(tmp_path, restored):
+    """The second re-check: a crafted checkpoint's best_model_path of local:// (fsspec's local file
+    system) or any remote protocol deleted a .ckpt file anywhere; one of another run below the folder,
+    or a non-checkpoint file, went too; odd names crashed fit(). A removal now takes only a .ckpt in a
+    folder this checkpoint input and output saved into. Break: drop the saved_into condition in
+    CheckedCheckpointIO.remove_checkpoint, or its except clause."""
+    import warnings
+
+    import fsspec
+
+    from pondernet_tutorial.checkpointing import CheckedCheckpointIO
+
+    folder, outside = tmp_path / "ck", tmp_path / "outside"
+    (folder / "other_run").mkdir(parents=True)
+    outside.mkdir()
+    victims = [outside / "precious.ckpt", folder / "other_run" / "best.ckpt", folder / "notes.txt"]
+    for victim in victims:
+        victim.write_text("mine")
+    fsspec.filesystem("memory").pipe("/elsewhere/precious.ckpt", b"mine")
+    io = CheckedCheckpointIO(2**20)
+    io.save_checkpoint({"epoch": 0}, folder / "epoch=0.ckpt")
+    with pytest.warns(UserWarning, match="where it is"):
+        io.remove_checkpoint(restored.format(outside=outside, folder=folder))
+    assert all(victim.read_text() == "mine" for victim in victims)
+    assert fsspec.filesystem("memory").cat("/elsewhere/precious.ckpt") == b"mine"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        io.remove_checkpoint(folder / "epoch=0.ckpt")  # its own: removed, without a word
+    assert not (folder / "epoch=0.ckpt").exists()
