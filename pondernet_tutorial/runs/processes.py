@@ -190,3 +190,20 @@ def check_jobs(jobs: int) -> int:
     if not isinstance(jobs, int) or not 1 <= jobs <= cores:
         raise ValueError(f"--jobs must lie in [1, {cores}] (the cores of this machine), got {jobs!r}.")
     return jobs
+
+
+def rebuilt(cls: type, args: tuple, state: dict) -> BaseException:
+    """An error of ``cls`` as it was raised in another process (:meth:`PicklableError.__reduce__`)."""
+    error = cls.__new__(cls)
+    BaseException.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
+
+class PicklableError:
+    """A mixin for an error whose constructor takes other arguments than its message: a worker of
+    ``reproduce --jobs`` sends the error to its parent by pickling, which rebuilds it from ``args``
+    (the message alone) and would fail in the constructor, breaking the pool instead of reporting it."""
+
+    def __reduce__(self):
+        return rebuilt, (type(self), self.args, self.__dict__)

@@ -35,7 +35,7 @@ from .checkpoints import comparable, read_header
 from .config import WEIGHTS, check_same_identity, identity_differences
 from .files import atomic_file, plain, remove_inside
 from .options import MAX_PARAMETERS
-from .processes import is_rank_zero
+from .processes import PicklableError, is_rank_zero
 
 LAST = "last"  # checkpoints/last.ckpt: the state after the last epoch, what a resumed run reads
 BEST = "best"  # checkpoints/best.ckpt (best-v1.ckpt, ...): the best epoch so far
@@ -167,7 +167,7 @@ SITTING_FILE = re.compile(r"metrics\.csv|hparams\.yaml|\.metrics\.csv\.\d+-[0-9a
 LOGS_FILE = re.compile(r"events\.out\.tfevents\..+|hparams\.yaml")
 
 
-class KeptRunError(CheckpointError):
+class KeptRunError(PicklableError, CheckpointError):
     """A run folder that train() would remove and train again, kept as it is: an unfinished run whose
     last.ckpt may be whole, or a folder that holds what no run writes (the user's), in one line that
     says why and what to do."""

@@ -57,7 +57,7 @@ from .files import (
     write_json,
 )
 from .module import RunModule
-from .processes import end_with_parent, is_rank_zero, mark_parent, stop_on_signals
+from .processes import PicklableError, end_with_parent, is_rank_zero, mark_parent, stop_on_signals
 from .resume import (
     BEST,
     LAST,
@@ -368,7 +368,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
         return module, metadata
 
 
-class RunExistsError(FileExistsError):
+class RunExistsError(PicklableError, FileExistsError):
     """The run folder holds a finished run: one line that says to pass ``overwrite=True``;
     :attr:`command_line` says it in the command line's words (``--overwrite``)."""
 

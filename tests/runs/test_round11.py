@@ -368,3 +368,41 @@ def test_a_restored_path_outside_the_folders_saved_into_is_never_removed(tmp_pat
         warnings.simplefilter("error")
         io.remove_checkpoint(folder / "epoch=0.ckpt")  # its own: removed, without a word
     assert not (folder / "epoch=0.ckpt").exists()
+
+
+def _errors():
+    import errno
+
+    from pondernet_tutorial.fitting import TrainingDivergedError
+    from pondernet_tutorial.runs.config import ConfigMismatchError
+    from pondernet_tutorial.runs.files import FolderLockedError, write_failed
+    from pondernet_tutorial.runs.resume import DamagedHistoryError, KeptRunError
+    from pondernet_tutorial.runs.training import RunExistsError
+    from pondernet_tutorial.untrusted import CheckpointError, DamagedFileError
+
+    run = Path("runs/seed0")
+    return [
+        KeptRunError(run, "notes.txt is not a file of a run", "Move it away."),
+        DamagedHistoryError(run, "its history lacks epoch 2"),
+        RunExistsError(run, "already holds this trained run"),
+        ConfigMismatchError("runs/seed0 holds another configuration (lr: saved 0.1, requested 0.2)."),
+        FolderLockedError("runs/seed0 is in use."),
+        write_failed(OSError(errno.ENOSPC, "No space left on device"), run / "model.safetensors", whole=True),
+        DamagedFileError(0, "runs/seed0/metadata.json is damaged."),
+        CheckpointError("runs/seed0/checkpoints/last.ckpt is not a checkpoint."),
+        TrainingDivergedError("training diverged in epoch 3."),
+    ]
+
+
+@pytest.mark.parametrize("error", _errors(), ids=lambda e: type(e).__name__)
+def test_an_error_raised_in_a_worker_of_reproduce_reaches_its_parent_whole(error):
+    """reproduce --jobs runs each run in a process pool, which sends a worker's error to the parent by
+    pickling. KeptRunError, DamagedHistoryError and RunExistsError take other arguments than their
+    message and failed to unpickle: the pool broke ("A process in the process pool was terminated
+    abruptly") instead of giving their one line. Break: drop PicklableError from KeptRunError's or
+    RunExistsError's bases."""
+    import pickle
+
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is type(error) and str(again) == str(error)
+    assert getattr(again, "command_line", None) == getattr(error, "command_line", None)
