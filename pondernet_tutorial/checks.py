@@ -85,9 +85,8 @@ def check_step_returns(model, x, y=None) -> None:
     """One step of ``model``'s step function on two inputs, in eval mode (no batch statistics move, no
     dropout draws) and on a copy of the random state, must return three values ``(ŷ_n, z_n,
     h_next)``: a step that returns two, or ``None``, would fail in the unroll's unpacking in Python's
-    words. The targets ``y`` (of the same batch) must be classes of that prediction, 0 to classes - 1:
-    torch's cross-entropy fails on others in its own words, and on a GPU with a device-side assert that
-    ends the session."""
+    words. The targets ``y`` (of the same batch) must be classes of that prediction
+    (:func:`check_classes`)."""
     step_function = getattr(model, "step_function", None)
     if step_function is None or not isinstance(x, Tensor):
         return
@@ -105,17 +104,28 @@ def check_step_returns(model, x, y=None) -> None:
             f"{type(step_function).__name__}.step must return three values, (ŷ_n, z_n, h_next): the "
             f"prediction, the halting logit and the next state; it returned {what}."
         )
-    classes = out[0].shape[-1] if isinstance(out[0], Tensor) and out[0].dim() == 2 else None
     if (
-        classes is None
-        or model.loss_fn is not per_sample_cross_entropy
-        or not isinstance(y, Tensor)
-        or not y.numel()
+        isinstance(out[0], Tensor)
+        and out[0].dim() == 2
+        and model.loss_fn is per_sample_cross_entropy
+        and isinstance(y, Tensor)
     ):
+        check_classes(
+            y, out[0].shape[-1], "the step", "number the classes from 0, or give the step's output layer more"
+        )
+
+
+def check_classes(y: Tensor, classes: int, who: str, advice: str) -> None:
+    """The targets ``y`` must be classes of a prediction over ``classes`` (0 to classes - 1), or a
+    ``ValueError`` naming ``who`` predicts them and the ``advice``: torch's cross-entropy fails on others
+    in its own words, and on a GPU with a device-side assert that ends the session. It reads the
+    device once."""
+    if not y.numel():
         return
-    low, high = (int(v) for v in torch.aminmax(y.detach()))  # the one read from the device
-    if low < 0 or high >= classes:
+    y = y.detach() if y.is_floating_point() else y.detach().long()
+    low, high = (float(v) for v in torch.aminmax(y))
+    if not 0 <= low <= high < classes:  # (a NaN fails too)
         raise ValueError(
-            f"targets must be classes from 0 to {classes - 1} (the step predicts {classes}), got "
-            f"{low if low < 0 else high}: number the classes from 0, or give the step's output layer more."
+            f"targets must be classes from 0 to {classes - 1} ({who} predicts {classes}), got "
+            f"{low if low < 0 else high:g}: {advice}."
         )

@@ -9,6 +9,7 @@ import pandas as pd
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from ..checks import check_classes
 from ..runs.evaluation import spearman
 from .paper_claims import wilson
 from .verdicts import FIXED, Rules, halting_verdict
@@ -118,13 +119,7 @@ def diagnose(
             raise ValueError(
                 f"targets has {len(y)} values for a batch of {expected.shape[0]}: give one per input"
             )
-        classes = answers.shape[-1]
-        low, high = (float(v) for v in torch.aminmax(y.double())) if len(y) else (0, 0)
-        if not 0 <= low <= high < classes:
-            raise ValueError(
-                f"targets must be classes from 0 to {classes - 1} (the model predicts {classes}), got "
-                f"{low if low < 0 else high:g}: give one class index per input."
-            )
+        check_classes(y, answers.shape[-1], "the model", "give one class index per input")
         accuracy = float((answers.argmax(-1) == y).double().mean())
         mark = 1 / answers.shape[-1] + rules.learned  # rule 1: chance plus ten points
     if expected.numel() < 2:  # no spread and no ρ: nothing to judge the halting by
