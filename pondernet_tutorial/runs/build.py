@@ -11,7 +11,7 @@ import lightning as L
 import torch
 
 from ..fast_path import graph_blockers
-from .config import FIELD_OPTIONS, TrainConfig
+from .config import FIELD_OPTIONS, PLATEAU_SETTINGS, TrainConfig
 from .module import GraphedRunModule, RunModule
 from .options import MAX_PARAMETERS, PARAMETERS_REASON
 from .registry import get_experiment, import_path
@@ -42,7 +42,7 @@ def make_module(config: TrainConfig, graphed: bool = False) -> RunModule:
     cls = GraphedRunModule if graphed else RunModule
     # the plateau schedule's settings, at their defaults where no plateau schedule reads them: the
     # run's identity leaves them out there, so the module (and its saved record) must too
-    plateau = {name: getattr(config, name) for name in ("lr_patience", "lr_factor")}
+    plateau = {name: getattr(config, name) for name in PLATEAU_SETTINGS}
     if config.lr_schedule != "plateau":
         plateau = {name: FIELD_OPTIONS[name].default for name in plateau}
     return cls(

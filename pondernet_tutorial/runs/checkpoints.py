@@ -32,6 +32,7 @@ from ..untrusted import (
 )
 from .build import ModelTooLargeError, count_weights, make_module, one_line
 from .config import (
+    PLATEAU_SETTINGS,
     PRETRAINED_DIR,
     WEIGHTS,
     TrainConfig,
@@ -253,7 +254,7 @@ def comparable(hparams) -> dict:
     an engine before stop 63 saved the requested ones)."""
     hparams = plain(dict(hparams))
     if hparams.get("lr_schedule") == "constant":
-        for name in ("lr_patience", "lr_factor"):
+        for name in PLATEAU_SETTINGS:
             hparams.pop(name, None)
     return hparams
 

@@ -161,6 +161,11 @@ def check_cpu_devices(accelerator: str, devices) -> None:
 
 
 # ------------------------------------------------------------------ the configuration
+# the plateau schedule's settings: no part of a run whose rate is constant (its identity, its module
+# and the comparison of its model file leave them out)
+PLATEAU_SETTINGS = ("lr_patience", "lr_factor")
+
+
 @dataclass
 class TrainConfig:
     """Everything a run depends on (see the module's docstring): what is trained, how, and where (device,
@@ -414,9 +419,7 @@ class TrainConfig:
                     kept[name] = value
                 continue
             declared = FIELD_OPTIONS[name]
-            if not declared.identity or (
-                self.lr_schedule != "plateau" and name in ("lr_patience", "lr_factor")
-            ):
+            if not declared.identity or (self.lr_schedule != "plateau" and name in PLATEAU_SETTINGS):
                 continue
             if name in OMITTED_AT_DEFAULT and value == declared.default:
                 continue  # an option newer than the shipped runs, at its default: as if absent

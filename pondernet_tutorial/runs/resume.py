@@ -482,17 +482,17 @@ def resumable(run_dir: Path, identity: dict, datamodule, overwrite: bool = False
     """
     if not (run_dir / RESUME_FILE).exists() or (run_dir / WEIGHTS).exists() or run_dir.is_symlink():
         return False
+    stateless = type(datamodule).state_dict is L.LightningDataModule.state_dict  # MNIST's: never continues
     try:
         _check_unfinished_folder(run_dir)  # before resume.json is read
     except CheckpointError as error:  # any other error (an I/O error) is raised: the run is kept
         if not overwrite:
-            continues = type(datamodule).state_dict is not L.LightningDataModule.state_dict
             raise KeptRunError(
                 run_dir,
                 str(error),
-                f"Remove that entry to continue it, or {RETRAIN}."
-                if continues
-                else "Move that entry away to train the run here, or pass --overwrite, which removes it.",
+                "Move that entry away to train the run here, or pass --overwrite, which removes it."
+                if stateless
+                else f"Remove that entry to continue it, or {RETRAIN}.",
             ) from None
         cannot_continue(run_dir, error)
         return False
@@ -507,7 +507,7 @@ def resumable(run_dir: Path, identity: dict, datamodule, overwrite: bool = False
         return False
     if isinstance(saved, dict) and not overwrite:  # another configuration's epochs are never removed unasked
         check_same_identity(saved, identity, f"the unfinished run in {run_dir}")
-    if type(datamodule).state_dict is L.LightningDataModule.state_dict:
+    if stateless:
         if trained:
             cannot_continue(run_dir, "its data module keeps no state of its batches, as MNIST's")
         return False
