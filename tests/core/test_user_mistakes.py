@@ -117,8 +117,7 @@ def test_a_missing_lambda_p_and_negative_threads_are_named():
     ],
 )
 def test_fit_refuses_a_negative_patience_and_an_accuracy_above_1(given, message):
-    data = torch.randn(8, 4), torch.randint(0, 2, (8,))
-    datamodule = LightningDataModule.from_datasets(TensorDataset(*data), TensorDataset(*data), batch_size=4)
+    datamodule = _pairs(torch.randn(8, 4), torch.randint(0, 2, (8,)))
     with pytest.raises(ValueError, match=message):
         fit(PonderLitModule(PonderNet(Step(), max_steps=3)), datamodule, max_epochs=1, **given)
 
@@ -129,9 +128,16 @@ def test_fit_refuses_a_negative_patience_and_an_accuracy_above_1(given, message)
 QUIET = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
 
 
+def _pairs(x, y, batch_size=4, val_y=None):
+    """A data module of the pairs ``(x, y)``, validated on ``(x, val_y)`` (by default the same)."""
+    val_y = y if val_y is None else val_y
+    return LightningDataModule.from_datasets(
+        TensorDataset(x, y), TensorDataset(x, val_y), batch_size=batch_size
+    )
+
+
 def _data(batch=None, n=16):
-    x, y = torch.randn(n, 4), torch.randint(0, 2, (n,))
-    return LightningDataModule.from_datasets(TensorDataset(x, y), TensorDataset(x, y), batch_size=batch or n)
+    return _pairs(torch.randn(n, 4), torch.randint(0, 2, (n,)), batch or n)
 
 
 class Triples(torch.utils.data.Dataset):
@@ -154,10 +160,7 @@ class Triples(torch.utils.data.Dataset):
 def test_targets_that_are_not_class_indices_are_named(tmp_path, targets, message):
     """Float targets (a regression loss) trained and kept the best epoch by an accuracy that means
     nothing there; int32 targets failed inside the Lightning loop with torch's 'expected Long'."""
-    x = torch.randn(8, 4)
-    datamodule = LightningDataModule.from_datasets(
-        TensorDataset(x, targets), TensorDataset(x, targets), batch_size=4
-    )
+    datamodule = _pairs(torch.randn(8, 4), targets)
     module = PonderLitModule(PonderNet(Step(), max_steps=3))
     with pytest.raises(ValueError, match=message):
         fit(module, datamodule, 1, default_root_dir=tmp_path, **QUIET)
@@ -175,7 +178,7 @@ def test_a_batch_that_is_not_a_pair_is_named(tmp_path):
 def test_float64_inputs_for_a_float32_model_are_named(tmp_path):
     """numpy's float64 inputs failed inside GRUCell, in Lightning's loop (inference casts them)."""
     x, y = torch.randn(8, 4, dtype=torch.float64), torch.randint(0, 2, (8,))
-    datamodule = LightningDataModule.from_datasets(TensorDataset(x, y), TensorDataset(x, y), batch_size=4)
+    datamodule = _pairs(x, y)
     with pytest.raises(
         ValueError, match="the inputs are float64 and the model's weights torch.float32: use x.float"
     ):
@@ -193,9 +196,7 @@ def test_targets_outside_the_steps_classes_are_named_before_the_step(tmp_path, w
     bad = good.clone()
     bad[3] = label
     train, val = (bad, good) if where == "train" else (good, bad)
-    datamodule = LightningDataModule.from_datasets(
-        TensorDataset(x, train), TensorDataset(x, val), batch_size=8
-    )
+    datamodule = _pairs(x, train, 8, val_y=val)
     with pytest.raises(
         ValueError, match=f"^targets must be classes from 0 to 1 \\(the step predicts 2\\), {shown}:"
     ):
@@ -218,7 +219,7 @@ def test_inputs_of_another_dtype_than_the_model_are_named(tmp_path, x_dtype, mod
     words ("mat1 and mat2 must have the same dtype"; round 11's reuse review); at precision="64-true"
     Lightning converts the inputs itself and trains. Break: check float64 inputs only in check_batch."""
     x, y = torch.randn(8, 4, dtype=x_dtype), torch.randint(0, 2, (8,))
-    datamodule = LightningDataModule.from_datasets(TensorDataset(x, y), TensorDataset(x, y), batch_size=4)
+    datamodule = _pairs(x, y)
     module = PonderLitModule(PonderNet(Step(), max_steps=3).to(model_dtype))
     with pytest.raises(ValueError, match=f"^the inputs are {message}\\.$"):
         fit(module, datamodule, 1, default_root_dir=tmp_path, **QUIET)
@@ -227,7 +228,8 @@ def test_inputs_of_another_dtype_than_the_model_are_named(tmp_path, x_dtype, mod
 
 
 class Returns(Step):
-    """A step that returns what a user might by mistake."""
+    """A step that returns what a user might by mistake: its values in another order or shape, two
+    values, or nothing (a forgotten ``return``)."""
 
     def __init__(self, mistake):
         super().__init__()
@@ -235,9 +237,13 @@ class Returns(Step):
 
     def step(self, x, h):
         y, z, h = super().step(x, h)
-        return {"state_second": (y, h, z), "no_class_axis": (y[:, 0], z, h), "float_z": (y, 0.0, h)}[
-            self.mistake
-        ]
+        return {
+            "state_second": (y, h, z),
+            "no_class_axis": (y[:, 0], z, h),
+            "float_z": (y, 0.0, h),
+            "two": (y, h),
+            "none": None,
+        }[self.mistake]
 
 
 @pytest.mark.parametrize("mistake", ["state_second", "no_class_axis", "float_z"])
@@ -247,26 +253,14 @@ def test_a_step_that_returns_the_wrong_things_is_named_in_training(mistake):
         model(torch.randn(5, 4))
 
 
-class Arity(Step):
-    """A step that returns two values, or nothing (a forgotten ``return``)."""
-
-    def __init__(self, returns):
-        super().__init__()
-        self.returns = returns
-
-    def step(self, x, h):
-        y, z, h = super().step(x, h)
-        return (y, h) if self.returns == "two" else None
-
-
 @pytest.mark.parametrize("returns, what", [("two", "2 values"), ("none", "NoneType")])
 def test_a_step_that_returns_other_than_three_values_is_named_before_training(tmp_path, returns, what):
     """It failed in the unroll's unpacking, in Python's words ("not enough values to unpack",
     "cannot unpack non-iterable NoneType object"; round 10's reuse review)."""
     x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
-    datamodule = LightningDataModule.from_datasets(TensorDataset(x, y), TensorDataset(x, y), batch_size=4)
-    module = PonderLitModule(PonderNet(Arity(returns), max_steps=3))
-    with pytest.raises(ValueError, match=f"Arity.step must return three values, .*; it returned {what}"):
+    datamodule = _pairs(x, y)
+    module = PonderLitModule(PonderNet(Returns(returns), max_steps=3))
+    with pytest.raises(ValueError, match=f"Returns.step must return three values, .*; it returned {what}"):
         fit(module, datamodule, 1, default_root_dir=tmp_path, **QUIET)
 
 
@@ -491,7 +485,7 @@ def test_a_misspelt_select_by_is_named_before_the_first_training_step(tmp_path):
 def test_a_training_that_diverged_names_the_data_too(tmp_path):
     x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
     x[0, 0] = float("nan")
-    datamodule = LightningDataModule.from_datasets(TensorDataset(x, y), TensorDataset(x, y), batch_size=8)
+    datamodule = _pairs(x, y, 8)
     from pondernet_tutorial.fitting import TrainingDivergedError
 
     with pytest.raises(
