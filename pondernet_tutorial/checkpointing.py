@@ -30,7 +30,14 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from .untrusted import NOT_THERE, CheckpointError, DamagedFileError, open_regular, says_nothing_of_files
+from .untrusted import (
+    NOT_THERE,
+    CheckpointError,
+    DamagedFileError,
+    open_regular,
+    printable,
+    says_nothing_of_files,
+)
 
 CHECKPOINT_OVERHEAD = 64 * 2**20  # a checkpoint's counters, callback states and history, besides weights
 
@@ -134,11 +141,6 @@ def read_checkpoint_file(path, max_bytes: int) -> dict:
         raise CheckpointError(f"{path} is not a Lightning checkpoint (no state_dict).")
     check_loaded(checkpoint, path)
     return checkpoint
-
-
-def printable(text: str) -> str:
-    """``text`` without the characters a terminal would act on (a file's names are quoted in errors)."""
-    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def check_loaded(checkpoint: dict, path) -> None:

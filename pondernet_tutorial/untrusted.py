@@ -28,6 +28,11 @@ MAX_READ_BYTES = 64 * 2**20  # metadata.json, study.json, locks: a few kB; a big
 NOT_THERE = (FileNotFoundError, NotADirectoryError)
 
 
+def printable(text: str) -> str:
+    """``text`` without the characters a terminal would act on (a file's names are quoted in errors)."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 class DamagedFileError(OSError):
     """A file the package reads is not a regular file of bounded size (a FIFO, a device such as
     ``/dev/zero``, a folder, a file too big): one line that names it."""

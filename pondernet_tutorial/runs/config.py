@@ -26,6 +26,7 @@ import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from ..untrusted import printable
 from .files import plain
 from .options import (
     BATCH_REASON,
@@ -509,8 +510,7 @@ MAX_DIFFERENCES = 8  # the fields an error line names
 def _cut(text: str, limit: int = 80) -> str:
     """``text`` cut to ``limit`` characters (an untrusted record's names and values may be megabytes),
     with ``?`` for each character a terminal would act on (a line break, an escape)."""
-    text = text if len(text) <= limit else f"{text[: limit - 4]}...{text[-1]}"
-    return "".join(c if c.isprintable() else "?" for c in text)
+    return printable(text if len(text) <= limit else f"{text[: limit - 4]}...{text[-1]}")
 
 
 def check_same_identity(saved: dict, requested: dict, what: str) -> None:

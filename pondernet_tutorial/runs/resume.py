@@ -27,10 +27,9 @@ from ..checkpointing import (
     check_plateau_schedule,
     checkpoint_folder,
     holds_adam_state,
-    printable,
     read_checkpoint_file,
 )
-from ..untrusted import MAX_TABLE_BYTES, CheckpointError, DamagedFileError, read_json, read_table
+from ..untrusted import MAX_TABLE_BYTES, CheckpointError, DamagedFileError, printable, read_json, read_table
 from .checkpoints import comparable, read_header
 from .config import WEIGHTS, check_same_identity, identity_differences
 from .files import atomic_file, plain, remove_inside

@@ -251,9 +251,8 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule,
             if completed_run(run_dir, identity, module.hparams) is not None:
                 raise RunExistsError(run_dir, "already holds this trained run")
         # every rank of a DDP run decides alike: they all read the same last checkpoint, or none
-        resume = resumable(
-            run_dir, identity, datamodule, overwrite
-        )  # never a finished run: its model file is there
+        # never a finished run: its model file is there
+        resume = resumable(run_dir, identity, datamodule, overwrite)
         start = time.perf_counter()
         while True:
             if is_rank_zero():
