@@ -482,6 +482,7 @@ def _slug(value) -> str:
     if isinstance(value, (list, tuple)):
         return "_".join(_slug(v) for v in value)
     if isinstance(value, float):  # short where that names the value exactly, else every digit
+        value = value + 0.0  # -0.0 is 0.0 (equal, and so one identity): one folder, "0"
         short = f"{value:g}"
         return short if float(short) == value else repr(value)
     return str(value).lower() if isinstance(value, bool) or value is None else str(value)

@@ -45,6 +45,8 @@ def test_identity_leaves_out_where_and_how_fast():
 def test_variant_names():
     assert TrainConfig().variant == "pondernet-lambda_p=0.2-beta=0.01"
     assert TrainConfig.from_options(beta=0.0, lambda_p=0.05).variant == "pondernet-lambda_p=0.05-beta=0"
+    # -0.0 equals 0.0, so the two are one identity and must be one folder (with "-0" it was a second)
+    assert TrainConfig.from_options(beta=-0.0, lambda_p=0.05).variant == "pondernet-lambda_p=0.05-beta=0"
     assert TrainConfig.from_options(method="fixed", max_steps=5).variant == "fixed-max_steps=5"
     assert (
         TrainConfig.from_options(method="act", tau=1e-4, halting_bias=-3.0).variant
