@@ -22,7 +22,7 @@ import torch
 from ..data.base import EvalSet
 from ..methods.base import expected_steps, per_sample_loss
 from ..untrusted import damaged_table, read_json, read_table
-from .config import WEIGHTS, TrainConfig, identity_differences
+from .config import WEIGHTS, TrainConfig, check_not_shipped, identity_differences
 from .files import check_inside, folder_lock, remove_inside, write_csv, write_json
 from .processes import command_name
 
@@ -370,6 +370,7 @@ def evaluate_run(
     overwrite: bool = False,
     sweep: str | None = None,
     module=None,
+    ship: bool = False,
 ) -> dict[str, pd.DataFrame]:
     """Evaluate a trained run and write its tables into its folder.
 
@@ -382,6 +383,8 @@ def evaluate_run(
         limit: only the first ``limit`` test samples of every set (of every ``k`` on parity and pointer chasing).
         sweep: the data module's named set of test sets (MNIST: ``"full"``); default the experiment's.
         module: the trained module, if already in memory (else ``model.safetensors`` is loaded).
+        ship: write into the package's shipped ``pretrained/`` folder (``reproduce --ship``); without
+            it the tables of a shipped run are read, never written (``ValueError``).
     """
     from .checkpoints import load_model
     from .registry import get_experiment
@@ -392,6 +395,8 @@ def evaluate_run(
     with folder_lock(run_dir, wait=True, doing="training or evaluating it"):
         if not overwrite and tables_up_to_date(config, limit, seed, sweep):
             return load_run_tables(run_dir)
+        if not ship:  # the shipped runs are the package's data: only reproduce --ship rewrites them
+            check_not_shipped(config.output_dir, "output_dir")
         datamodule, record = _datamodule_and_record(config, limit, seed, sweep)
         module = module if module is not None else load_model(run_dir / WEIGHTS, config=config)
         decisions = config.method in DECISION_HEADS
@@ -568,10 +573,16 @@ def halting_up_to_date(config: TrainConfig, limit: int | None = None, seed: int 
 
 
 def evaluate_halting(
-    config: TrainConfig, limit: int | None = None, seed: int = 0, overwrite: bool = False, module=None
+    config: TrainConfig,
+    limit: int | None = None,
+    seed: int = 0,
+    overwrite: bool = False,
+    module=None,
+    ship: bool = False,
 ) -> pd.DataFrame | None:
     """Write ``halting.csv`` (:func:`halting_table`, from :func:`evaluate_run`'s sets and per-sample
     table) and, last, ``halting.json``; reused while that record is unchanged. None without a difficulty.
+    ``ship``: as :func:`evaluate_run`'s.
     """
     from .checkpoints import load_model
 
@@ -582,6 +593,8 @@ def evaluate_halting(
     with folder_lock(run_dir, wait=True, doing="training or evaluating it"):
         if not overwrite and halting_up_to_date(config, limit, seed):
             return read_table(run_dir / "halting.csv", follow_links=False)
+        if not ship:
+            check_not_shipped(config.output_dir, "output_dir")
         if not tables_up_to_date(config, limit, seed) or not (run_dir / "per_sample.csv.gz").is_file():
             raise FileNotFoundError(
                 f"{run_dir} has no up-to-date evaluation with its per-sample table: evaluate it first "

@@ -307,6 +307,7 @@ def run_one(
     overwrite: bool,
     reevaluate: bool,
     threads: int | None,
+    ship: bool = False,
     wait: bool = True,
 ) -> dict:
     """Train (unless trained) and evaluate (unless evaluated) one run; returns a short record.
@@ -315,7 +316,7 @@ def run_one(
     process holds it, this one waits for it (``wait``), or returns at once with ``done="busy"``. A
     damaged run (:func:`~.resume.completed_run`: its metadata does not parse, or its ``model.safetensors`` is
     not a whole model file of the recorded hyperparameters) is kept, and trained again only with
-    ``overwrite``.
+    ``overwrite``. ``ship``: the run lies in the shipped ``pretrained/`` folder (``reproduce --ship``).
     """
     import torch
 
@@ -353,17 +354,17 @@ def run_one(
             ):
                 if not halting_up_to_date(config, limit):
                     say(f"== drawing halting coins {run_dir}", flush=True)
-                    evaluate_halting(config, limit=limit, overwrite=True)
+                    evaluate_halting(config, limit=limit, overwrite=True, ship=ship)
                 return {"run_dir": str(run_dir), "seconds": 0.0, "done": "reused"}
             if overwrite or completed_run(run_dir, config.identity(), expected_hparams(config)) is None:
                 say(f"== training {run_dir}", flush=True)
                 # not overwrite=True: that would delete an unfinished run instead of continuing it
-                module, _ = train(config, overwrite=overwrite)
+                module, _ = train(config, overwrite=overwrite, ship=ship)
             if not is_rank_zero():  # the other ranks only join rank 0's training
                 return {"run_dir": str(run_dir), "seconds": 0.0, "done": "joined"}
             say(f"== evaluating {run_dir}", flush=True)
-            evaluate_run(config, limit=limit, overwrite=True, module=module)
-            evaluate_halting(config, limit=limit, overwrite=True, module=module)
+            evaluate_run(config, limit=limit, overwrite=True, module=module, ship=ship)
+            evaluate_halting(config, limit=limit, overwrite=True, module=module, ship=ship)
     except FolderLockedError:
         say(f"== later: {run_dir} (another process is training or evaluating it)", flush=True)
         return {"run_dir": str(run_dir), "seconds": 0.0, "done": "busy"}
@@ -472,7 +473,7 @@ def reproduce(
             configs[config.run_dir] = config
     limit_of = {c.run_dir: _quick_limit(c) if quick else None for c in configs.values()}
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
-    arguments = [(c, limit_of[c.run_dir], overwrite, reevaluate, threads) for c in configs.values()]
+    arguments = [(c, limit_of[c.run_dir], overwrite, reevaluate, threads, ship) for c in configs.values()]
     with stop_on_signals():  # a stop is a failure: finished runs are kept, the rerun does the rest
         records = _run_all(arguments, jobs)
     if not is_rank_zero():  # the other ranks of a DDP run only join rank 0's trainings

@@ -43,7 +43,7 @@ from .build import (
     use_cuda_graph,
 )
 from .checkpoints import save_weights
-from .config import WEIGHTS, TrainConfig
+from .config import WEIGHTS, TrainConfig, check_not_shipped
 from .files import (
     WriteFailedError,
     check_inside,
@@ -189,7 +189,9 @@ def quiet_lightning():
                 logger.removeFilter(noise)
 
 
-def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> tuple[RunModule, dict]:
+def train(
+    config: TrainConfig, overwrite: bool = False, wait: bool = False, ship: bool = False
+) -> tuple[RunModule, dict]:
     """Train one run and write ``history.csv``, ``metadata.json`` and ``model.safetensors`` to its folder.
 
     Everything is checked before the folder is made. A finished run (:func:`~.resume.completed_run`) is
@@ -207,6 +209,8 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
             is kept without it (an unfinished run of this configuration that can continue still
             continues: rerunning an interrupted ``overwrite`` loses no epoch).
         wait: wait for another process that trains into the folder, instead of refusing.
+        ship: train into the package's shipped ``pretrained/`` folder (what ``reproduce --ship``
+            does); without it an ``output_dir`` there or below it is refused (``ValueError``).
 
     Returns:
         the module with its best weights loaded (eval mode) and the metadata dictionary.
@@ -224,11 +228,13 @@ def train(config: TrainConfig, overwrite: bool = False, wait: bool = False) -> t
             it again (MNIST).
     """
     with stop_on_signals(), quiet_lightning():  # a stop is a failure, never Lightning's exit status 0
-        return _train(config, overwrite, wait)
+        return _train(config, overwrite, wait, ship)
 
 
-def _train(config: TrainConfig, overwrite: bool, wait: bool) -> tuple[RunModule, dict]:
+def _train(config: TrainConfig, overwrite: bool, wait: bool, ship: bool) -> tuple[RunModule, dict]:
     end_with_parent()  # a rank started by Lightning for a multi-process run ends with rank 0
+    if not ship:  # the shipped runs are the package's data: only reproduce --ship replaces them
+        check_not_shipped(config.output_dir, "output_dir")
     run_dir = config.run_dir
     check_inside(run_dir, config.output_dir)  # never a lock, mkdir or rmtree outside the output folder
     if not wait:

@@ -152,6 +152,38 @@ def test_reproduce_from_python_refuses_the_shipped_folder(tmp_path):
             reproduce(["mnist-reference"], output_dir=folder, quick=True)
 
 
+def test_train_and_evaluate_from_python_write_into_the_shipped_folder_only_when_shipping(
+    tmp_path, monkeypatch
+):
+    """train(), evaluate_run() and evaluate_halting() with overwrite replaced a shipped run's model
+    file and tables when given the shipped folder as output_dir (the command line refused it; Python
+    did not). Now only reproduce --ship (ship=True, through run_one) writes there; reading a shipped
+    run's tables stays allowed. Break: drop the ``if not ship`` check from _train, or from
+    evaluate_run's or evaluate_halting's writing path."""
+    from pondernet_tutorial.runs import config as config_module
+    from pondernet_tutorial.runs.evaluation import evaluate_halting, evaluate_run
+    from pondernet_tutorial.runs.studies import run_one
+
+    shipped = tmp_path / "pretrained"  # the shipped folder, as the package sees it
+    run = tiny(shipped, epochs=1)
+    monkeypatch.setattr(config_module, "PRETRAINED_DIR", shipped)
+    assert (
+        run_one(run, limit=8, overwrite=False, reevaluate=False, threads=None, ship=True)["done"] == "trained"
+    )
+    before = snapshot(shipped)
+    with pytest.raises(ValueError, match="read-only"):
+        train(run, overwrite=True)
+    with pytest.raises(ValueError, match="read-only"):
+        evaluate_run(run, limit=8, overwrite=True)
+    with pytest.raises(ValueError, match="read-only"):
+        evaluate_halting(run, limit=8, overwrite=True)
+    with pytest.raises(ValueError, match="read-only"):
+        run_one(run, limit=8, overwrite=True, reevaluate=False, threads=None)
+    assert snapshot(shipped) == before
+    assert "summary" in evaluate_run(run, limit=8)  # reading is allowed
+    assert snapshot(shipped) == before
+
+
 # ---------------------------------------------------------------------------------------------------
 # Rows 4-7: bounds on every size
 
