@@ -19,8 +19,9 @@ client waits for and then terminates (seen as the time between the last cell's r
 write of the notebook). The second is what held the book build for 10 minutes on
 ``explore_halting``: after its ipywidgets cell (an ``interactive`` with an output widget) ipykernel
 did not shut down, and the build went on without a word at the end of the wait; that cell is now
-tagged ``skip-execution`` (nbclient skips it). The slowest cells are listed at the end, to size the
-timeouts from.
+tagged ``skip-execution`` (nbclient skips it). A kernel that does not start is started again
+(pytest-rerunfailures, matched on jupyter_client's messages); a notebook whose cell failed is not run
+again. The slowest cells are listed at the end, to size the timeouts from.
 
     python tools/execute_notebooks.py --kernel NAME --out DIR [--cache _build/.jupyter_cache] [--jobs 2] [NOTEBOOK ...]
 """
@@ -91,6 +92,12 @@ def first_line(cell) -> str:
     return lines[0][:70] if lines else ""
 
 
+# What jupyter_client raises when a kernel does not start (KernelClient.wait_for_ready), as
+# pytest-rerunfailures matches it: "RuntimeError: <message>".
+KERNEL_START_FAILURES = ("Kernel didn't respond in", "Kernel died before replying to kernel_info")
+KERNEL_START_RERUNS = 2
+
+
 def nbmake(copies: list[Path], kernel: str, timeout: int, jobs: int = 1) -> int:
     """Run nbmake on the copies (it writes each executed notebook over its copy), ``jobs`` notebooks at
     once (pytest-xdist's ``-n``; each kernel then on one PyTorch thread); pytest's status."""
@@ -110,6 +117,11 @@ def nbmake(copies: list[Path], kernel: str, timeout: int, jobs: int = 1) -> int:
         os.devnull,  # not the repository's pytest settings
         "-v",
         *(["-n", str(jobs)] if jobs > 1 else []),
+        # A kernel that did not start (two started at once may take the same port: nbmake#129, seen
+        # here once in eight CI runs as "Kernel didn't respond in 60 seconds") is started again, up to
+        # twice; a failing cell is never run again.
+        f"--reruns={KERNEL_START_RERUNS}",
+        *[f"--only-rerun={message}" for message in KERNEL_START_FAILURES],
         *map(str, copies),
     ]
     # two kernels of two threads each on two cores wait for each other (pondernet_tutorial.threads)
