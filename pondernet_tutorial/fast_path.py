@@ -45,6 +45,16 @@ from .lightning_module import PonderLitModule
 from .steps.base import map_state
 
 
+def unchecked_mean() -> MeanMetric:
+    """A mean that does not look for NaNs at each update (a wait of the host for the device): torchmetrics
+    1.7 and later. Before 1.7 every strategy looks; "warn" is the plain module's (the graphed step updates
+    its training means once an epoch, never inside the graph)."""
+    try:
+        return MeanMetric(nan_strategy="disable")
+    except ValueError:
+        return MeanMetric(nan_strategy="warn")
+
+
 class FastPonderLitModule(PonderLitModule):
     """The plain module's training step, its logged values summed on the device.
 
@@ -127,9 +137,7 @@ class FastPonderLitModule(PonderLitModule):
     def stage_metrics(self, training: bool = False) -> MetricCollection:
         """The plain module's means, without the NaN check that makes the host wait at each update."""
         names = super().stage_metrics(training).keys(keep_base=True)
-        return MetricCollection(
-            {name: MeanMetric(nan_strategy="disable") for name in names}, compute_groups=False
-        )
+        return MetricCollection({name: unchecked_mean() for name in names}, compute_groups=False)
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
         if self.grad_clip > 0:

@@ -12,6 +12,7 @@ folder of its own, with a lock, a logger, records and resuming around it.
 
 from __future__ import annotations
 
+import inspect
 from numbers import Integral, Real
 
 import lightning as L
@@ -150,6 +151,16 @@ def check_arguments(
         )
 
 
+def as_data(fit_method) -> dict:
+    """``weights_only=True`` where ``fit_method`` takes it: Lightning from 2.6 asks how to read ckpt_path
+    (a checkpoint input reads it as data either way: the package's CheckedCheckpointIO); before 2.6
+    ``Trainer.fit`` takes no such argument, and gets none."""
+    return {"weights_only": True} if "weights_only" in inspect.signature(fit_method).parameters else {}
+
+
+AS_DATA = as_data(L.Trainer.fit)
+
+
 def fit(
     module: PonderLitModule,
     datamodule: L.LightningDataModule,
@@ -220,7 +231,7 @@ def fit(
         module.train()
     trained = fast_module(module, trainer, fast)  # module itself, or on a GPU its graphed step
     with training_threads(threads):
-        trainer.fit(trained, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+        trainer.fit(trained, datamodule=datamodule, ckpt_path=ckpt_path, **AS_DATA)
     best_epoch = best.load_best(module)  # weights only, from the file that was checked
     module.cpu().eval()
     return trainer, trainer.current_epoch - 1 if best_epoch is None else best_epoch

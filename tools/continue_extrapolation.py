@@ -35,6 +35,7 @@ from lightning.pytorch.callbacks import Callback
 
 from pondernet_tutorial.checkpointing import FolderCheckpoint
 from pondernet_tutorial.data.base import EvalSet, data_generator
+from pondernet_tutorial.fitting import AS_DATA
 from pondernet_tutorial.runs.build import make_datamodule, make_module
 from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model, save_weights
 from pondernet_tutorial.runs.cli import Parser  # a mistake in the arguments: one line, exit status 2
@@ -131,7 +132,7 @@ def continue_run(method: str, seed: int, out: Path, quick: bool) -> None:
     options = trainer_options(config) | {"enable_progress_bar": False, "logger": False}
     trainer = L.Trainer(max_epochs=epochs, callbacks=[last, curve], **options)
     began = time.time()
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume, weights_only=True)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume, **AS_DATA)
     record = {
         "continues": str(shipped.relative_to(shipped.parents[2])),
         "from_updates": start_epoch * 1000,

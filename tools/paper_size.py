@@ -44,7 +44,7 @@ import pondernet_tutorial
 from pondernet_tutorial.analysis.paper_claims import SEEDS, STUDY, UPDATES, difference_in_se, wilson
 from pondernet_tutorial.checkpointing import FolderCheckpoint
 from pondernet_tutorial.data.base import EvalSet
-from pondernet_tutorial.fitting import StopOnNonFinite
+from pondernet_tutorial.fitting import AS_DATA, StopOnNonFinite
 from pondernet_tutorial.runs.build import make_datamodule, make_module, trainer_options
 from pondernet_tutorial.runs.checkpoints import CheckpointError, load_model, save_weights
 from pondernet_tutorial.runs.config import PRETRAINED_DIR, TrainConfig
@@ -190,7 +190,7 @@ def train_run(
     last = FolderCheckpoint(dirpath=checkpoints, filename=LAST, enable_version_counter=False)
     options = trainer_options(config) | {"logger": False, "limit_val_batches": 0}
     trainer = L.Trainer(max_epochs=epochs, callbacks=[curve, StopOnNonFinite(), last], **options)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume, weights_only=True)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume, **AS_DATA)
     if trainer.current_epoch < epochs:  # stopped early (interrupted): stays resumable
         raise SystemExit(f"{folder}: stopped after {trainer.global_step:,} updates; run again to continue")
     record = {

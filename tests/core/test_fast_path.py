@@ -233,3 +233,37 @@ def test_the_capture_keeps_the_learning_rate_it_finds():
     fast_path.GraphedStep.optimizer_tensors_to_device(SimpleNamespace(optimizer=optimizer))
     rate = optimizer.param_groups[0]["lr"]
     assert torch.is_tensor(rate) and rate.item() == pytest.approx(0.005)
+
+
+def test_the_fast_path_and_fit_run_on_the_lightning_and_torchmetrics_before_their_newest_options(monkeypatch):
+    """Lightning before 2.6 has no Trainer.fit(weights_only=...) and torchmetrics before 1.7 no
+    nan_strategy="disable": with either, fit() or every fast module failed where they are built (seen
+    with Lightning 2.5.5 and torchmetrics 1.6.0, which the requirements admit). Break: pass
+    weights_only=True to fit unconditionally, or build MeanMetric(nan_strategy="disable") alone."""
+    from torchmetrics import MeanMetric
+
+    from pondernet_tutorial import fast_path
+    from pondernet_tutorial.fitting import as_data
+
+    def fit_before_2_6(
+        self, model, train_dataloaders=None, val_dataloaders=None, datamodule=None, ckpt_path=None
+    ):
+        pass
+
+    def fit_from_2_6(self, model, datamodule=None, ckpt_path=None, weights_only=None):
+        pass
+
+    assert as_data(fit_before_2_6) == {} and as_data(fit_from_2_6) == {"weights_only": True}
+
+    class MeanBefore1_7(MeanMetric):  # torchmetrics 1.4 to 1.6: "error", "warn", "ignore" or a number
+        def __init__(self, nan_strategy="warn", **kwargs):
+            if nan_strategy == "disable":
+                raise ValueError(
+                    f"Arg nan_strategy should either be a float or one of ... but got {nan_strategy}."
+                )
+            super().__init__(nan_strategy=nan_strategy, **kwargs)
+
+    monkeypatch.setattr(fast_path, "MeanMetric", MeanBefore1_7)
+    assert fast_path.unchecked_mean().nan_strategy == "warn"
+    monkeypatch.undo()
+    assert fast_path.unchecked_mean().nan_strategy == "disable"
