@@ -143,15 +143,28 @@ def read_checkpoint_file(path, max_bytes: int) -> dict:
     return checkpoint
 
 
+# Lightning's checkpoints of the package's modules hold some thousands of values, a few levels deep
+MAX_LOADED_VALUES = 1_000_000
+MAX_LOADED_DEPTH = 64
+
 def check_loaded(checkpoint: dict, path) -> None:
     """Raise :class:`CheckpointError` for what a checkpoint's allowed names still build: a tensor that
     covers more elements than its storage holds (a view with a stride of 0: 2^60 elements in a 28 kB
     file, multiplied when used) or an ordered dictionary with attributes besides PyTorch's version
     numbers (``_metadata``'s ``assign_to_params_buffers`` makes ``load_state_dict`` put the file's
-    tensors in place of the module's parameters)."""
-    stack = [checkpoint]
+    tensors in place of the module's parameters), and a structure that the walk of it (here, and in
+    any comparison of its hyperparameters) would not finish: more than :data:`MAX_LOADED_VALUES` values
+    counted as they are reached, each time they are reached (a list that holds itself, or 60 levels of
+    one list shared twice: 2^60, from a file of 1 kB), or deeper than :data:`MAX_LOADED_DEPTH`."""
+    stack, walked = [(checkpoint, 0)], 0
     while stack:
-        value = stack.pop()
+        value, depth = stack.pop()
+        walked += 1
+        if walked > MAX_LOADED_VALUES or depth > MAX_LOADED_DEPTH:
+            raise CheckpointError(
+                f"{path} holds a structure of more than {MAX_LOADED_VALUES:,} values or {MAX_LOADED_DEPTH} "
+                "levels (one that holds itself, or a part shared over and over): no checkpoint does."
+            )
         if isinstance(value, torch.Tensor):
             if value.numel() * value.element_size() > value.untyped_storage().nbytes():
                 raise CheckpointError(
@@ -164,9 +177,9 @@ def check_loaded(checkpoint: dict, path) -> None:
                 isinstance(entry, dict) and set(entry) <= {"version"} for entry in metadata.values()
             ):
                 raise CheckpointError(f"{path} holds a state dict whose metadata is not PyTorch's.")
-            stack.extend(value.values())
+            stack.extend((v, depth + 1) for v in value.values())
         elif isinstance(value, (list, tuple)):
-            stack.extend(value)
+            stack.extend((v, depth + 1) for v in value)
 
 
 class CheckedCheckpointIO(TorchCheckpointIO):

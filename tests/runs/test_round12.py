@@ -1,0 +1,59 @@
+"""Round 12 of attacks (stop 64). Each test failed on the code before its fix; the break is named in its
+docstring."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+
+import pytest
+import torch
+
+from pondernet_tutorial.checkpointing import CheckpointError, read_checkpoint_file
+
+
+@contextlib.contextmanager
+def within(seconds: int):
+    """Fail, instead of hanging, where the block takes longer than ``seconds``."""
+
+    def late(*_):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, late)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_checkpoint_that_holds_itself_or_a_part_shared_over_and_over_is_refused_at_once(tmp_path):
+    """A list that holds itself, or 60 levels of one list shared twice (2^60 paths), names no global, so
+    the weights-only reader built it from a file of about 1 kB; the walk that checks a loaded checkpoint
+    then never ended (every checkpoint read: fit(ckpt_path=...), a run folder's last.ckpt, best.ckpt).
+    A nesting 10,000 deep would end a comparison of hyperparameters in a RecursionError. Break: walk
+    without the count and the depth (check_loaded's MAX_LOADED_VALUES, MAX_LOADED_DEPTH)."""
+    loop = []
+    loop.append(loop)
+    shared = []
+    for _ in range(60):
+        shared = [shared, shared]
+    deep = []
+    for _ in range(10_000):
+        deep = [deep]
+    for name, extra in (("loop", loop), ("shared", shared), ("deep", deep)):
+        path = tmp_path / f"{name}.ckpt"
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(50_000)  # pickle's own recursion, for the deep one (a crafted file needs none)
+        try:
+            torch.save({"state_dict": {}, "epoch": 0, "extra": extra}, path)
+        finally:
+            sys.setrecursionlimit(limit)
+        with within(30), pytest.raises(CheckpointError, match="no checkpoint does") as caught:
+            read_checkpoint_file(path, 2**26)
+        assert "\n" not in str(caught.value), name
+    wide = tmp_path / "wide.ckpt"  # many values, each reached once: a checkpoint as large as allowed
+    torch.save({"state_dict": {f"w{i}": torch.zeros(1) for i in range(2_000)}, "epoch": 0}, wide)
+    assert len(read_checkpoint_file(wide, 2**26)["state_dict"]) == 2_000
