@@ -147,6 +147,7 @@ def read_checkpoint_file(path, max_bytes: int) -> dict:
 MAX_LOADED_VALUES = 1_000_000
 MAX_LOADED_DEPTH = 64
 
+
 def check_loaded(checkpoint: dict, path) -> None:
     """Raise :class:`CheckpointError` for what a checkpoint's allowed names still build: a tensor that
     covers more elements than its storage holds (a view with a stride of 0: 2^60 elements in a 28 kB
@@ -187,15 +188,16 @@ class CheckedCheckpointIO(TorchCheckpointIO):
     (saves are Lightning's own; the run machinery's subclass writes them whole beside their file), and,
     given the ``module`` it restores, checked to fit it (:func:`check_fits`).
 
-    A removal takes only a checkpoint file in a folder that this input and output has saved into
+    A removal takes only a checkpoint file that this input and output has saved, or a link to one
     (:meth:`remove_checkpoint`): a ``ModelCheckpoint`` of the caller's own restores the paths in a
     checkpoint as they were recorded, and Lightning would remove one of them, recursively, when a
-    better epoch comes (anywhere at all for a path with a protocol, ``local://`` or ``s3://``).
+    better epoch comes (anywhere at all for a path with a protocol, ``local://`` or ``s3://``; a file
+    of the user's beside the callback's own for any other).
     """
 
     def __init__(self, max_bytes: int, module: torch.nn.Module | None = None):
         self.max_bytes, self.module = max_bytes, module
-        self.saved_into: set[str] = set()  # the folders of the checkpoints saved: the only ones removed from
+        self.saved: set[str] = set()  # the checkpoints saved (saved_path): the only files it removes
 
     def load_checkpoint(self, path, map_location=None, weights_only=True) -> dict:
         checkpoint = read_checkpoint_file(path, self.max_bytes)
@@ -204,30 +206,36 @@ class CheckedCheckpointIO(TorchCheckpointIO):
         return checkpoint
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
-        self.saved_into.add(checkpoint_folder(path))
+        self.saved.add(saved_path(path))
         super().save_checkpoint(checkpoint, path, storage_options)
 
+    def has_saved(self, path: str) -> bool:
+        """Whether ``path`` is a checkpoint file saved by this input and output, or a link to one
+        (Lightning's ``save_last="link"`` makes it beside the file, by a relative name)."""
+        if saved_path(path) in self.saved:
+            return True
+        if "://" not in path and os.path.islink(path):
+            return saved_path(os.path.join(os.path.dirname(path), os.readlink(path))) in self.saved
+        return False
+
     def remove_checkpoint(self, path) -> None:
-        """Remove the checkpoint file ``path`` (a ``.ckpt``; Lightning saves into a folder before it
-        removes an older file of it): a regular file or a link (``save_last="link"``; the link alone
-        goes), in a folder this input and output has saved into, never through ``..``; a remote one as
-        one file. Any other path, such as one restored from a crafted checkpoint, is left where it is
-        with a warning."""
+        """Remove the checkpoint file ``path`` (a ``.ckpt``) that this input and output has saved: a
+        regular file, or a link to such a file (``save_last="link"``; the link alone goes), never
+        through ``..``; a remote one as one file. Any other path, such as one restored from a crafted
+        checkpoint or left by an earlier training, is left where it is with a warning."""
         path = os.fspath(path)
-        if (
-            path.endswith(".ckpt")
-            and ".." not in re.split(r"[/\\]", path)
-            and checkpoint_folder(path) in self.saved_into
-        ):
+        if path.endswith(".ckpt") and ".." not in re.split(r"[/\\]", path):
             try:
-                if "://" in path:  # an fsspec file system: one file, never a tree
+                if self.has_saved(path) and "://" in path:  # an fsspec file system: one file, never a tree
                     from lightning.fabric.utilities.cloud_io import get_filesystem
 
                     fs = get_filesystem(path)
                     if fs.isfile(path):
                         fs.rm(path)
                     return
-                if stat.S_ISREG(mode := os.lstat(path).st_mode) or stat.S_ISLNK(mode):
+                if self.has_saved(path) and (
+                    stat.S_ISREG(mode := os.lstat(path).st_mode) or stat.S_ISLNK(mode)
+                ):
                     os.unlink(path)
                     return
             except FileNotFoundError:
@@ -236,15 +244,15 @@ class CheckedCheckpointIO(TorchCheckpointIO):
                 pass
         warnings.warn(
             f"left {path[:200]!r} where it is: a checkpoint callback asked to remove it, and it is not a "
-            "checkpoint file of a folder that this training saved into.",
+            "checkpoint file that this training saved.",
             stacklevel=2,
         )
 
 
-def checkpoint_folder(path) -> str:
-    """The folder of a checkpoint path as Lightning names it: a local one absolute, a remote one as given."""
+def saved_path(path) -> str:
+    """A checkpoint path as :class:`CheckedCheckpointIO` records it: a local one absolute, a remote one as given."""
     path = os.fspath(path)
-    return path.rsplit("/", 1)[0] if "://" in path else os.path.dirname(os.path.abspath(path))
+    return path if "://" in path else os.path.abspath(path)
 
 
 def check_fits(checkpoint: dict, module: torch.nn.Module, path, optimizer: bool = True) -> None:

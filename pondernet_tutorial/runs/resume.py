@@ -25,9 +25,9 @@ from ..checkpointing import (
     check_adam_settings,
     check_fits,
     check_plateau_schedule,
-    checkpoint_folder,
     holds_adam_state,
     read_checkpoint_file,
+    saved_path,
 )
 from ..untrusted import MAX_TABLE_BYTES, CheckpointError, DamagedFileError, printable, read_json, read_table
 from .checkpoints import comparable, read_header
@@ -101,7 +101,7 @@ class RunCheckpointIO(CheckedCheckpointIO):
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__}.save_checkpoint takes no storage_options.")
-        self.saved_into.add(checkpoint_folder(path))  # (a removal without inside goes by the parent's rule)
+        self.saved.add(saved_path(path))  # (a removal without inside goes by the parent's rule)
         with atomic_file(self._in_checkpoints(path), "wb", self.inside) as handle:
             torch.save(checkpoint, handle)
 

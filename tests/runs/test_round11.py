@@ -343,7 +343,7 @@ def test_a_restored_path_outside_the_folders_saved_into_is_never_removed(tmp_pat
     """The second re-check: a crafted checkpoint's best_model_path of local:// (fsspec's local file
     system) or any remote protocol deleted a .ckpt file anywhere; one of another run below the folder,
     or a non-checkpoint file, went too; odd names crashed fit(). A removal now takes only a .ckpt in a
-    folder this checkpoint input and output saved into. Break: drop the saved_into condition in
+    folder this checkpoint input and output saved into. Break: drop the has_saved condition in
     CheckedCheckpointIO.remove_checkpoint, or its except clause."""
     import warnings
 

@@ -57,3 +57,50 @@ def test_a_checkpoint_that_holds_itself_or_a_part_shared_over_and_over_is_refuse
     wide = tmp_path / "wide.ckpt"  # many values, each reached once: a checkpoint as large as allowed
     torch.save({"state_dict": {f"w{i}": torch.zeros(1) for i in range(2_000)}, "epoch": 0}, wide)
     assert len(read_checkpoint_file(wide, 2**26)["state_dict"]) == 2_000
+
+
+def test_a_crafted_checkpoint_cannot_remove_a_users_file_beside_the_callbacks_own(tmp_path):
+    """Round 11 let the checkpoint input and output remove a .ckpt in any folder it had saved into. A
+    crafted checkpoint given to fit() that names, as the best model of the caller's own
+    ModelCheckpoint, a file of the user's in that callback's folder (an earlier model) had it removed
+    as soon as the callback saved its first file there. Now only files saved in this fit (or links to
+    them) are removed. Break: accept any .ckpt whose folder was saved into (round 11's rule)."""
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from tiny_parity import QUIET, module, parity
+    from torch.utils.data import TensorDataset
+
+    from pondernet_tutorial import fit
+
+    data = TensorDataset(*parity(64, 0))
+    datamodule = L.LightningDataModule.from_datasets(data, data, batch_size=32)
+    folder = tmp_path / "ck"
+    fit(
+        module(),
+        datamodule,
+        1,
+        callbacks=[ModelCheckpoint(dirpath=folder)],
+        default_root_dir=tmp_path,
+        **QUIET,
+    )
+    keep = folder / "keep-me.ckpt"  # the user's earlier model, kept beside the callback's files
+    next(folder.glob("epoch=*.ckpt")).rename(keep)
+    checkpoint = torch.load(keep, weights_only=True)
+    for key, state in checkpoint["callbacks"].items():
+        if key.startswith("ModelCheckpoint"):
+            state["best_model_path"] = state["kth_best_model_path"] = str(keep)
+    torch.save(checkpoint, tmp_path / "crafted.ckpt")  # the only file an attacker hands over
+    with pytest.warns(UserWarning, match="where it is"):
+        fit(
+            module(),
+            datamodule,
+            3,
+            callbacks=[ModelCheckpoint(dirpath=folder)],
+            ckpt_path=tmp_path / "crafted.ckpt",
+            default_root_dir=tmp_path,
+            **QUIET,
+        )
+    assert keep.exists() and sorted(p.name for p in folder.iterdir()) == [
+        "epoch=2-step=6.ckpt",
+        "keep-me.ckpt",
+    ]
