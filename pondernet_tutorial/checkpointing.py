@@ -37,6 +37,7 @@ from .untrusted import (
     open_regular,
     printable,
     says_nothing_of_files,
+    shown,
 )
 
 CHECKPOINT_OVERHEAD = 64 * 2**20  # a checkpoint's counters, callback states and history, besides weights
@@ -274,7 +275,7 @@ def check_fits(checkpoint: dict, module: torch.nn.Module, path, optimizer: bool 
     ]
     if wrong:
         raise CheckpointError(
-            f"{path} is not a checkpoint of this model: its weights differ in {', '.join(wrong[:3])}"
+            f"{path} is not a checkpoint of this model: its weights differ in {', '.join(map(shown, wrong[:3]))}"
             f"{' and more' if len(wrong) > 3 else ''}."
         )
     from .lightning_module import PonderLitModule

@@ -33,6 +33,14 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else "?" for c in text)
 
 
+def shown(text, limit: int = 80) -> str:
+    """``text`` (a name or a value from an untrusted file, or a message that quotes one) as it is shown:
+    on one line, with ``?`` for each character a terminal would act on, and at most ``limit`` characters
+    (a name in a file may be megabytes long)."""
+    text = " ".join(str(text).split())
+    return printable(text if len(text) <= limit else f"{text[: limit - 4]}...{text[-1]}")
+
+
 class DamagedFileError(OSError):
     """A file the package reads is not a regular file of bounded size (a FIFO, a device such as
     ``/dev/zero``, a folder, a file too big): one line that names it."""

@@ -29,6 +29,7 @@ from ..untrusted import (
     nested_deeper_than,
     read_json,
     read_regular,
+    shown,
 )
 from .build import ModelTooLargeError, count_weights, make_module, one_line
 from .config import (
@@ -300,7 +301,10 @@ def load_model(
         raise CheckpointError(f"{path} is not a whole {WEIGHTS} file ({one_line(error)})") from None
     unknown = sorted(set(hparams) - (set(inspect.signature(RunModule.__init__).parameters) - NOT_SAVED))
     if unknown:
-        raise CheckpointError(f"{path} has hyperparameters this package does not know: {', '.join(unknown)}.")
+        names = ", ".join(shown(name) for name in unknown[:3]) + (
+            f" and {len(unknown) - 3:,} more" if len(unknown) > 3 else ""
+        )
+        raise CheckpointError(f"{path} has hyperparameters this package does not know: {names}.")
     for name in ("step_options", "method_options"):
         if not isinstance(hparams.get(name) or {}, dict):
             raise CheckpointError(

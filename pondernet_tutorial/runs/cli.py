@@ -13,6 +13,7 @@ import os
 import sys
 from dataclasses import fields
 
+from ..untrusted import shown
 from .config import (
     FIELD_OPTIONS,
     PRETRAINED_DIR,
@@ -278,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+MAX_ERROR_LINE = 2_000  # characters: an error line that quotes a file's names stays a line
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from .processes import stop_on_signals
@@ -287,11 +291,11 @@ def main(argv=None) -> int:
             code = _run(args)
         sys.stdout.flush()  # a reader that stopped early (| head) shows here, inside the try
         return code
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
+    except UserError as error:  # (a message may quote a file's names: shown on one line, without escapes)
+        print(f"error: {shown(error, MAX_ERROR_LINE)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as error:
-        print(f"error: {_interrupted_line(args, error)}", file=sys.stderr)
+        print(f"error: {shown(_interrupted_line(args, error), MAX_ERROR_LINE)}", file=sys.stderr)
         return getattr(error, "exit_code", 130)
     except BrokenPipeError:  # the reader of the output went away: no traceback, as Python's docs advise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -303,7 +307,7 @@ def main(argv=None) -> int:
         # a path the user gave, with a name over the file system's limit
         if error.errno == errno.ENAMETOOLONG:
             print(
-                f"error: {error.filename}: a name in this path is too long; choose a shorter one.",
+                f"error: {shown(error.filename, MAX_ERROR_LINE)}: a name in this path is too long; choose a shorter one.",
                 file=sys.stderr,
             )
             return 2
@@ -314,7 +318,8 @@ def main(argv=None) -> int:
             # nothing was taken for a damaged file, so nothing was deleted
             where = error.filename or _destination(args)
             print(
-                f"error: could not use {where} ({error.strerror or error}): nothing was deleted; run the "
+                f"error: could not use {shown(where, 300)} ({shown(error.strerror or error, 300)}): nothing was "
+                "deleted; run the "
                 "same command again once that is fixed.",
                 file=sys.stderr,
             )
@@ -323,7 +328,7 @@ def main(argv=None) -> int:
             line = error
         else:  # a write that names no file (Lightning's, a library's): the folder the user chose
             line = write_failed(error, error.filename or _destination(args), whole=False)
-        print(f"error: {line}", file=sys.stderr)
+        print(f"error: {shown(line, MAX_ERROR_LINE)}", file=sys.stderr)
         return 1
 
 

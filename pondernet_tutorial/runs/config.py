@@ -26,7 +26,7 @@ import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from ..untrusted import printable
+from ..untrusted import shown
 from .files import plain
 from .options import (
     BATCH_REASON,
@@ -496,8 +496,8 @@ def identity_differences(saved: dict, requested: dict) -> list[str]:
     keys = list(dict.fromkeys([*requested, *saved]))
     differing = [k for k in keys if saved.get(k, "(absent)") != requested.get(k, "(absent)")]
     lines = [
-        f"{_cut(str(k))}: saved {_cut(repr(saved.get(k, '(absent)')))}, "
-        f"requested {_cut(repr(requested.get(k, '(absent)')))}"
+        f"{shown(k)}: saved {shown(repr(saved.get(k, '(absent)')))}, "
+        f"requested {shown(repr(requested.get(k, '(absent)')))}"
         for k in differing[:MAX_DIFFERENCES]
     ]  # a saved record is untrusted: a few fields, each quoted short, make the line
     if len(differing) > MAX_DIFFERENCES:
@@ -506,12 +506,6 @@ def identity_differences(saved: dict, requested: dict) -> list[str]:
 
 
 MAX_DIFFERENCES = 8  # the fields an error line names
-
-
-def _cut(text: str, limit: int = 80) -> str:
-    """``text`` cut to ``limit`` characters (an untrusted record's names and values may be megabytes),
-    with ``?`` for each character a terminal would act on (a line break, an escape)."""
-    return printable(text if len(text) <= limit else f"{text[: limit - 4]}...{text[-1]}")
 
 
 def check_same_identity(saved: dict, requested: dict, what: str) -> None:

@@ -204,7 +204,9 @@ EXPERIMENTS: dict[str, Experiment] = {
 def get_experiment(name: str) -> Experiment:
     """The experiment registered as ``name``, or a ``ValueError`` that lists the names."""
     if name not in EXPERIMENTS:
-        raise ValueError(f"unknown experiment {name!r}; choose one of {', '.join(EXPERIMENTS)}.")
+        from ..untrusted import shown  # a name from a file may be megabytes long
+
+        raise ValueError(f"unknown experiment {shown(repr(name))}; choose one of {', '.join(EXPERIMENTS)}.")
     return EXPERIMENTS[name]
 
 
@@ -312,28 +314,32 @@ def check_registered(spec, registry: dict[str, str], kind: str, options: dict | 
     registered components: a name in ``registry`` or ``{"partial": <registered name>, "keywords": {...}}``,
     whose options (``options``, the keywords; ``skip``: what the caller passes) are plain data that the
     component declares. Anything else raises :class:`UnregisteredComponentError`."""
+    from ..untrusted import shown  # a file's names, quoted short and without escapes
+
     keywords = {}
     if isinstance(spec, dict) and set(spec) <= {"partial", "keywords"} and "partial" in spec:
         keywords = spec.get("keywords") or {}
         if not isinstance(keywords, dict):
-            raise UnregisteredComponentError(f"the {kind} {spec!r} has keywords that are not a dictionary")
+            raise UnregisteredComponentError(
+                f"the {kind} {shown(repr(spec))} has keywords that are not a dictionary"
+            )
         spec = spec["partial"]
     if not isinstance(spec, str) or spec not in registry:
         raise UnregisteredComponentError(
-            f"the {kind} {spec!r} is not registered (registered: {', '.join(registry)})"
+            f"the {kind} {shown(repr(spec))} is not registered (registered: {', '.join(registry)})"
         )
     component = import_path(registry[spec])
     given = {**keywords, **(options or {})}
     odd = sorted(k for k, v in given.items() if not is_plain(v))
     if odd:
         raise UnregisteredComponentError(
-            f"the options {', '.join(map(repr, odd))} of the {kind} {spec!r} are not plain data "
+            f"the options {shown(', '.join(map(repr, odd)), 200)} of the {kind} {spec!r} are not plain data "
             f"({type(given[odd[0]]).__name__})"
         )
     unknown = sorted(set(given) - keyword_names(component, skip))
     if unknown:
         raise UnregisteredComponentError(
-            f"the {kind} {spec!r} takes no option {', '.join(map(repr, unknown))}"
+            f"the {kind} {spec!r} takes no option {shown(', '.join(map(repr, unknown)), 200)}"
         )
 
 

@@ -29,7 +29,15 @@ from ..checkpointing import (
     read_checkpoint_file,
     saved_path,
 )
-from ..untrusted import MAX_TABLE_BYTES, CheckpointError, DamagedFileError, printable, read_json, read_table
+from ..untrusted import (
+    MAX_TABLE_BYTES,
+    CheckpointError,
+    DamagedFileError,
+    printable,
+    read_json,
+    read_table,
+    shown,
+)
 from .checkpoints import comparable, read_header
 from .config import WEIGHTS, check_same_identity, identity_differences
 from .files import atomic_file, plain, remove_inside
@@ -251,7 +259,7 @@ def cannot_continue(run_dir: Path, reason) -> None:
     """Say in one line why an unfinished run is trained again; its folder is removed when training
     starts again (its last.ckpt and resume.json with it)."""
     if is_rank_zero():
-        text = " ".join(str(reason).split())[:300] or type(reason).__name__
+        text = shown(reason, 400) or type(reason).__name__
         print(
             f"warning: the unfinished run in {run_dir} cannot be continued ({text}): trained again",
             file=sys.stderr,
@@ -262,7 +270,7 @@ def kept_unfinished(run_dir: Path, error: BaseException) -> None:
     """Say in one line that the unfinished run in ``run_dir`` is kept: restoring it failed for a reason
     of the machine's (out of memory, an I/O error), which says nothing of its files."""
     if is_rank_zero():
-        text = " ".join(str(error).split())[:300] or type(error).__name__
+        text = shown(error, 400) or type(error).__name__
         print(
             f"note: the unfinished run in {run_dir} is kept as it is; restoring it failed ({text}). "
             "Rerun the same command once that is fixed: it continues from its last epoch.",

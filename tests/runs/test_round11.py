@@ -91,7 +91,7 @@ def test_a_crafted_checkpoint_cannot_make_a_callback_of_the_users_remove_outside
 def test_a_record_whose_field_names_hold_escapes_is_named_on_one_printable_line():
     """A field name with a terminal's escape and a line break, from an untrusted resume.json or
     metadata.json, set the window's title, cleared the screen and forged a second line of the error.
-    Break: drop the printable filter in config._cut."""
+    Break: drop the printable filter in untrusted.shown."""
     from pondernet_tutorial.runs.config import ConfigMismatchError, check_same_identity
 
     key = "\x1b]0;PWNED\x07\x1b[2J\nforged second line: run rm -rf ~"

@@ -4,6 +4,7 @@ docstring."""
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import sys
 
@@ -104,3 +105,77 @@ def test_a_crafted_checkpoint_cannot_remove_a_users_file_beside_the_callbacks_ow
         "epoch=2-step=6.ckpt",
         "keep-me.ckpt",
     ]
+
+
+ESCAPES = "\x1b]0;PWNED\x07\x1b[2J\nerror: forged second line"
+
+
+def quoted_well(text: str, limit: int = 2_100) -> bool:
+    """One line, no character a terminal acts on, and short."""
+    return "\x1b" not in text and "\x07" not in text and text.count("\n") <= 1 and len(text) < limit
+
+
+def test_a_files_names_reach_an_error_line_short_and_without_escapes(tmp_path):
+    """A model file's unknown hyperparameter names were joined raw into load_model's error (a window
+    title set, the screen cleared, a forged second "error:" line) and uncut (12,000 names: an 828 kB
+    line); a 900 kB step name and a metadata.json's 16 MB experiment name gave lines of their size; a
+    checkpoint's weight names reached fit()'s error and train()'s warning raw. Break: drop shown() from
+    load_model's names, from check_registered, from get_experiment or from check_fits."""
+    import json
+
+    from safetensors.torch import save
+
+    from pondernet_tutorial.checkpointing import check_fits
+    from pondernet_tutorial.runs.checkpoints import FORMAT, load_model
+    from pondernet_tutorial.runs.registry import get_experiment
+
+    def model_file(name, hparams):
+        path = tmp_path / name
+        path.write_bytes(
+            save({"w": torch.zeros(1)}, metadata={"format": FORMAT, "hparams": json.dumps(hparams)})
+        )
+        return path
+
+    files = [
+        model_file("evil.safetensors", {"step": "parity_gru", "n_classes": 2, ESCAPES: 1}),
+        model_file(
+            "many.safetensors", {"step": "parity_gru", **{f"k{i:06d}" + "x" * 60: 0 for i in range(12_000)}}
+        ),
+        model_file("huge.safetensors", {"step": "x" * 900_000, "n_classes": 2}),
+    ]
+    for path in files:
+        with pytest.raises(CheckpointError) as caught:
+            load_model(path)
+        assert quoted_well(str(caught.value)), path.name
+    with pytest.raises(ValueError) as caught:
+        get_experiment("x" * 1_000_000)
+    assert quoted_well(str(caught.value))
+    module = torch.nn.Linear(1, 1)
+    with pytest.raises(CheckpointError) as caught:
+        check_fits({"state_dict": {ESCAPES + "y" * 10_000: torch.zeros(1)}}, module, "last.ckpt")
+    assert quoted_well(str(caught.value))
+
+
+def test_the_command_lines_error_and_trains_warning_are_one_short_line_whatever_they_quote(
+    tmp_path, capsys, monkeypatch
+):
+    """The backstop: every error line of the command line, and the warning that an unfinished run is
+    trained again, go through shown() (a message quoting a file's name raw would otherwise reach the
+    terminal as it is; a metadata.json's 16 MB experiment name made a 16 MB line). Break: print the
+    error or the warning without shown()."""
+    from pondernet_tutorial.runs import cli
+    from pondernet_tutorial.runs.resume import cannot_continue
+
+    (tmp_path / "metadata.json").write_text(json.dumps({"config": {"experiment": ESCAPES + "x" * 100_000}}))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "model.safetensors"), "--limit", "4"]) == 2
+    assert quoted_well(capsys.readouterr().err)
+
+    def quoting(args):  # a message that quotes a file's text as it is, wherever it comes from
+        raise cli.UserError(f"{tmp_path} holds {ESCAPES + 'z' * 100_000}")
+
+    monkeypatch.setattr(cli, "_run", quoting)
+    assert cli.main(["list"]) == 2
+    assert quoted_well(capsys.readouterr().err)
+    cannot_continue(tmp_path, ValueError(ESCAPES + " is not a file of an unfinished run"))
+    assert quoted_well(capsys.readouterr().err)
