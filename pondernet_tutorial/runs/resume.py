@@ -158,6 +158,7 @@ def replay_plateau_step(checkpoint: dict, last: dict) -> None:
 
 # the identity of the run being trained in a folder, until its model file is written
 RESUME_FILE = "resume.json"
+TRAINED = "trained"  # resume.json's field: true once the training loop has ended, before the final save
 # what an unfinished run's folder holds: Lightning's checkpoints (checked one by one) and logs, its
 # resume.json, the temporary files of whole writes, and the history and metadata of a run killed in its
 # final save (both written again whole when it ends; nothing is read from them)
@@ -479,7 +480,8 @@ def _same(saved, replayed) -> bool:
 
 def resumable(run_dir: Path, identity: dict, datamodule, overwrite: bool = False) -> bool:
     """Whether ``run_dir`` holds an unfinished run of this very configuration (``identity`` in its
-    ``resume.json``) that can continue: the data module keeps its batches' state (not MNIST's), the folder
+    ``resume.json``) that can continue: the data module keeps its batches' state (not MNIST's) or the
+    training loop had ended (a kill in the final save), the folder
     holds only what a run writes, and it has a ``checkpoints/last.ckpt`` (:class:`RunCheckpointIO` checks
     it as it is loaded). Nothing that is not this run's is removed unless ``overwrite`` asks for it.
 
@@ -514,7 +516,9 @@ def resumable(run_dir: Path, identity: dict, datamodule, overwrite: bool = False
         return False
     if isinstance(saved, dict) and not overwrite:  # another configuration's epochs are never removed unasked
         check_same_identity(saved, identity, f"the unfinished run in {run_dir}")
-    if stateless:
+    # a run killed in its final save (resume.json says "trained": the loop had ended) draws no batch
+    # when it continues: it continues, data module or not, and loses no epoch
+    if stateless and not (isinstance(recorded, dict) and recorded.get(TRAINED) is True):
         if trained:
             cannot_continue(run_dir, "its data module keeps no state of its batches, as MNIST's")
         return False

@@ -62,6 +62,7 @@ from .resume import (
     BEST,
     LAST,
     RESUME_FILE,
+    TRAINED,
     DamagedHistoryError,
     RunCheckpointIO,
     cannot_continue,
@@ -330,6 +331,8 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool, ship: bool) -> tupl
         if not trainer.is_global_zero:
             return module, None
 
+        # the loop has ended: a kill in the final save below leaves a run that continues without a batch
+        write_json(run_dir / RESUME_FILE, {"identity": identity, TRAINED: True}, config.output_dir)
         rows = read_history(run_dir / "logs")
         write_csv(run_dir / "history.csv", pd.DataFrame(rows), config.output_dir, index=False)
         restored = len(rows) if clock.first_epoch is None else clock.first_epoch  # by earlier processes
