@@ -1,10 +1,17 @@
-"""The CUDA-graph path on a GPU: training speed eager and graphed, a learning-rate cut after a resume,
-a second fit in one process, and the capture-safety check on the device.
+"""The CUDA-graph path on a GPU, each check's results saved to ``--json`` as soon as they are measured:
 
-MNIST need not be on the machine: ``--synthetic`` serves random uint8 images of MNIST's shape through
-the real data module (the speed of a training step does not depend on the pixels). Parity is
-generated anyway.
+* ``capture_check_cuda`` (first: the issue asks for it, and it is cheap): for every step function and
+  halting method, the capture-safety check of the whole graphed step (forward, loss, backward,
+  clipping, Adam) on the device: each pair's hazards, none expected;
+* ``resume``: a learning-rate cut after a resume, the graph against eager steps;
+* ``second_fit``: a second fit in one process captures afresh.
 
+``--paths`` also times training eagerly and graphed (off by default: ``fit_gpu.py`` measures it
+through ``fit``). MNIST need not be on the machine: ``--synthetic`` serves random uint8 images of
+MNIST's shape through the real data module (the speed of a training step does not depend on the
+pixels). Parity is generated anyway.
+
+    python benchmarks/gpu_path.py --synthetic --only capture_check_cuda --json capture.json
     python benchmarks/gpu_path.py --synthetic --json gpu.json
 
 Prints each check's result; the numbers go to ``--json``.
@@ -15,14 +22,18 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import platform
 import sys
 import tempfile
 import time
+import traceback
 import warnings
 from pathlib import Path
 
 import lightning as L
 import torch
+import torchmetrics
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 sys.path.insert(0, str(Path(__file__).parent))
 from host_time import synthetic_mnist, timed_training  # noqa: E402
@@ -83,11 +94,17 @@ class Record(L.Callback):
         self.weights = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
 
 
+MOVE_TO_DEVICE = GraphedStep.optimizer_tensors_to_device
+
+
 def lr_as_before_issue_30(self):
-    """GraphedStep's capture before issue 30: a float became a tensor on the device, a tensor stayed."""
-    for group in self.optimizer.param_groups:
-        if not isinstance(group["lr"], torch.Tensor):
-            group["lr"] = torch.tensor(float(group["lr"]), device=self.static_y.device)
+    """GraphedStep's capture before issue 30: a float became a tensor on the device, a tensor stayed
+    where it was (a CPU tensor restored from a checkpoint too); the rest as now."""
+    kept = [group["lr"] for group in self.optimizer.param_groups]
+    MOVE_TO_DEVICE(self)
+    for group, lr in zip(self.optimizer.param_groups, kept):
+        if isinstance(lr, torch.Tensor):
+            group["lr"] = lr
 
 
 def plateau_module(graphs, subset=2048):
@@ -116,28 +133,42 @@ def plateau_module(graphs, subset=2048):
     return config, module
 
 
-def resume_check(first_epochs: int = 2, epochs: int = 6, subset: int = 2048) -> dict:
+def keep_last(folder) -> ModelCheckpoint:
+    """A checkpoint of every epoch's end as ``folder/last.ckpt`` (``fit`` itself keeps the best epoch's)."""
+    return ModelCheckpoint(dirpath=folder, save_last=True)
+
+
+def resume_check(out: dict, save, first_epochs: int = 2, epochs: int = 6, subset: int = 2048) -> None:
     """Train 2 epochs, then resume the run from its ``last.ckpt`` to 6 in a new module, three ways:
     graphed, eager (capture refused), and graphed without moving the optimiser's tensors to the device
     (the code before issue 30). The graph must end on the eager weights."""
-    out = {}
     with tempfile.TemporaryDirectory() as tmp:
         config, module = plateau_module(None, subset)
         datamodule = make_datamodule(config, test_subset=64)
-        fit(module, datamodule, first_epochs, checkpoint_dir=Path(tmp) / "ckpt", **QUIET)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit(
+                module,
+                datamodule,
+                first_epochs,
+                callbacks=[keep_last(Path(tmp) / "ckpt")],
+                default_root_dir=tmp,
+                **QUIET,
+            )
         ckpt = torch.load(Path(tmp) / "ckpt" / "last.ckpt", map_location="cpu", weights_only=True)
         saved = ckpt["optimizer_states"][0]["param_groups"][0]["lr"]
         out["lr_in_checkpoint"] = f"{type(saved).__name__} {getattr(saved, 'device', '')}"
         # the checkpoint as it is, and the same with its learning rate as a CPU tensor (a checkpoint
-        # moved to the CPU, or written by another version)
+        # moved to the CPU, or written by the graphed module before it saved Adam as the plain module
+        # does: then with capturable=True, which a tensor learning rate needs in Adam's foreach update)
         variants = {"as_saved": Path(tmp) / "ckpt"}
         cpu = Path(tmp) / "cpu_lr"
         cpu.mkdir()
         moved = copy.deepcopy(ckpt)
-        moved["optimizer_states"][0]["param_groups"][0]["lr"] = torch.tensor(float(saved))
+        group = moved["optimizer_states"][0]["param_groups"][0]
+        group["lr"], group["capturable"] = torch.tensor(float(saved)), True
         torch.save(moved, cpu / "last.ckpt")
         variants["lr_on_cpu"] = cpu
-        original = GraphedStep.optimizer_tensors_to_device
         for variant, folder in variants.items():
             weights = {}
             for way, graphs, fixed in (
@@ -160,31 +191,33 @@ def resume_check(first_epochs: int = 2, epochs: int = 6, subset: int = 2048) -> 
                             module,
                             dm,
                             epochs,
-                            checkpoint_dir=scratch,
-                            resume=True,
-                            callbacks=[record],
+                            ckpt_path=scratch / "last.ckpt",
+                            callbacks=[keep_last(scratch), record],
+                            default_root_dir=scratch,
                             **QUIET,
                         )
+                except Exception as error:  # this way's failure, said; the other ways go on
+                    out[f"{variant}_{way}"] = f"{type(error).__name__}: {error}"
+                    continue
                 finally:
-                    GraphedStep.optimizer_tensors_to_device = original
+                    GraphedStep.optimizer_tensors_to_device = MOVE_TO_DEVICE
                 weights[way] = record.weights
                 out[f"{variant}_{way}"] = {
                     "lrs_after_each_epoch": record.lrs,
                     "lr_device_at_train_start": record.lr_device_at_start,
                     "replays": module.graph_replays,
                 }
-            for way in ("graphed", "graphed_unfixed"):
+            for way in [w for w in ("graphed", "graphed_unfixed") if w in weights and "eager" in weights]:
                 diff = max(
                     (weights[way][k] - weights["eager"][k]).abs().max().item() for k in weights["eager"]
                 )
                 out[f"{variant}_{way}"]["max_abs_weight_diff_vs_eager"] = diff
             print(json.dumps({k: v for k, v in out.items() if k.startswith(variant)}, indent=1), flush=True)
-    return out
+            save()
 
 
-def second_fit_check() -> dict:
+def second_fit_check(out: dict, save) -> None:
     """Two fits of one module in one process, graphed and eager: each fit captures afresh."""
-    out = {}
     weights = {}
     for way, graphs in (("graphed", CudaGraphs()), ("eager", NoCapture())):
         config, module = plateau_module(graphs, 1024)
@@ -194,23 +227,23 @@ def second_fit_check() -> dict:
             with warnings.catch_warnings(), tempfile.TemporaryDirectory() as tmp:
                 warnings.simplefilter("ignore")
                 dm = make_datamodule(config, test_subset=64)
-                fit(module, dm, 2, checkpoint_dir=tmp, callbacks=[record], **QUIET)
+                fit(module, dm, 2, callbacks=[record], default_root_dir=tmp, **QUIET)
             replays.append(module.graph_replays)
         weights[way] = record.weights
         out[way] = {"replays_per_fit": replays}
+        save()
     out["max_abs_weight_diff"] = max(
         (weights["graphed"][k] - weights["eager"][k]).abs().max().item() for k in weights["eager"]
     )
     print("second fit:", out, flush=True)
-    return out
 
 
-def capture_check_cuda() -> dict:
+def capture_check_cuda(out: dict, save, device: str = "cuda") -> None:
+    """The capture-safety check of every step function under every halting method, the whole graphed
+    step on ``device``: each pair's hazards (none expected), saved pair by pair."""
+    from pondernet_tutorial.capture_check import capture_hazards
     from pondernet_tutorial.data.parity import parity_batch
     from pondernet_tutorial.data.pointer import pointer_batch
-
-    sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))  # the checker lives beside its test
-    from pondernet_tutorial.capture_check import capture_hazards
 
     steps = {
         "parity_gru": ({"n_elements": 16, "hidden_size": 64}, 2, lambda: parity_batch(128, 16, (1, 16))[:2]),
@@ -220,7 +253,6 @@ def capture_check_cuda() -> dict:
         "mnist_cnn": ({}, 10, lambda: (torch.rand(128, 1, 28, 28), torch.randint(0, 10, (128,)))),
         "pointer_attention": ({"n_slots": 32}, 32, lambda: pointer_batch(128, 32, (1, 8))[:2]),
     }
-    out = {}
     for step, (options, n_classes, batch) in steps.items():
         for method in ("pondernet", "act", "fixed"):
             module = GraphedRunModule(
@@ -230,18 +262,28 @@ def capture_check_cuda() -> dict:
                 method=method,
                 method_options={"max_steps": 8},
                 grad_clip=0.5,
-            ).cuda()
+            ).to(device)
             module.start_sums()  # zero sums on the module's device, which the step adds to
-            lr = torch.tensor(0.001, device="cuda")
+            lr = torch.tensor(0.001)  # moved to the device as the capture moves it
             optimizer = torch.optim.Adam(module.parameters(), lr=lr, capturable=True, foreach=True)
             graphed = GraphedStep(
                 module.summed_values, module.parameters(), optimizer, 0.5, buffers=[module._fit_sums]
             )
-            x, y = (t.cuda() for t in batch())
-            out[f"{step}/{method}"] = capture_hazards(lambda g=graphed, x=x, y=y: g._update(x, y), "cuda")
+            graphed.optimizer_tensors_to_device()
+            x, y = (t.to(device) for t in batch())
+            out[f"{step}/{method}"] = capture_hazards(lambda g=graphed, x=x, y=y: g._update(x, y), device)
+            save()
     bad = {k: v for k, v in out.items() if v}
-    print(f"capture check on cuda: {len(out)} pairs, {len(bad)} with hazards {bad}", flush=True)
-    return out
+    print(f"capture check on {device}: {len(out)} pairs, {len(bad)} with hazards {bad}", flush=True)
+
+
+CHECKS = {"capture_check_cuda": capture_check_cuda, "resume": resume_check, "second_fit": second_fit_check}
+PATHS = {
+    "eager": (False, False),
+    "graph": (False, True),
+    "compiled": (True, False),
+    "compiled_graph": (True, True),
+}
 
 
 def main(argv=None) -> dict:
@@ -252,9 +294,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--experiments", nargs="+", default=["mnist-interpolation", "parity-interpolation"])
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--timed", type=int, default=300)
-    parser.add_argument("--paths", nargs="*", default=["eager", "graph", "compiled", "compiled_graph"])
     parser.add_argument(
-        "--only", nargs="*", default=["resume", "second_fit", "capture_check_cuda"], help="the checks to run"
+        "--paths", nargs="*", choices=PATHS, default=[], help="the training paths to time [none]"
+    )
+    parser.add_argument(
+        "--only", nargs="*", choices=CHECKS, default=list(CHECKS), help="the checks to run, in order"
     )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -263,9 +307,13 @@ def main(argv=None) -> dict:
 
         synthetic_mnist(modules)
     results = {
-        "device": torch.cuda.get_device_name(0),
-        "torch": torch.__version__,
-        "lightning": L.__version__,
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "lightning": L.__version__,
+            "torchmetrics": torchmetrics.__version__,
+        },
     }
 
     def save():  # after every part: what a command cut short has measured comes back
@@ -273,30 +321,24 @@ def main(argv=None) -> dict:
             Path(args.json).write_text(json.dumps(results, indent=2, default=str))
 
     start = time.perf_counter()
-    paths = {
-        "eager": (False, False),
-        "graph": (False, True),
-        "compiled": (True, False),
-        "compiled_graph": (True, True),
-    }
+    for name in args.only:  # each check on its own: one failing does not stop the others
+        out = results.setdefault(name, {})
+        try:
+            CHECKS[name](out, save)
+        except Exception as error:
+            out["error"] = f"{type(error).__name__}: {error}"
+            traceback.print_exc()
+        save()
     for name in args.paths:
         for experiment in args.experiments:
             try:
                 results.setdefault(experiment, {}).update(
-                    speed(experiment, {name: paths[name]}, args.warmup, args.timed)
+                    speed(experiment, {name: PATHS[name]}, args.warmup, args.timed)
                 )
             except Exception as error:  # one path failing (a compiler missing) does not stop the others
                 results.setdefault(experiment, {})[name] = f"{type(error).__name__}: {error}"
                 print(experiment, name, "failed:", error, flush=True)
             save()
-    checks = {
-        "resume": resume_check,
-        "second_fit": second_fit_check,
-        "capture_check_cuda": capture_check_cuda,
-    }
-    for name in args.only:
-        results[name] = checks[name]()
-        save()
     results["seconds"] = round(time.perf_counter() - start, 1)
     save()
     return results
