@@ -8,7 +8,16 @@ without the graph. Each reports its steady milliseconds per step (after ``--warm
 the compilation and the capture) and what it took from the cache (inductor's and AOTAutograd's
 counters), so that a slow warm step can be told apart: no hit (the cache was not used), another number
 of graphs (a recompilation), slower loaded kernels (slow without the graph too), or what the graph
-recorded around them (slow graphed only). The line ``cause:`` says which.
+recorded around them (slow graphed only). The line ``cause:`` says which. A graphed path that replayed
+no step (its capture failed, or was refused) tests nothing: the verdict says so.
+
+Without the graph the step is bound by the host, so slower kernels can hide there. Each process
+therefore also profiles each path over ``--profile-steps`` steady steps of a second short fit of the
+same module (the same compiled code; a graph is captured afresh): the device's kernels per step, their
+time per step, and the ten that take the longest, copies and fills included. Cold against warm, these
+show directly whether the warm step runs more kernels, slower kernels or added copies.
+
+The parent writes ``--json`` as soon as the cold process has ended, and again when the warm one has.
 
     python benchmarks/compile_cache.py --synthetic --json cache.json     # a GPU: compiled + one CUDA graph
     python benchmarks/compile_cache.py --device cpu --experiment parity-interpolation   # the CPU: compiled
@@ -23,9 +32,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 CACHE_SWITCHES = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}
@@ -47,21 +58,97 @@ def counted() -> dict:
     return {**now, "graphs_compiled": counters["stats"]["unique_graphs"]}
 
 
-def step_time(experiment: str, device: str, warmup: int, timed: int, synthetic: bool) -> dict:
+def versions() -> dict:
+    import torch
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    return {"python": platform.python_version(), "torch": torch.__version__, "triton": triton_version}
+
+
+def kernel_profile(module, experiment: str, device: str, steps: int, warmup: int = 5) -> dict:
+    """The device's work in ``steps`` training steps of a second short fit of ``module`` after
+    ``warmup`` (which hold a graph's warm-up and capture): on a GPU its kernels, copies and fills, on
+    the CPU its operators by their own time; per step, their number and milliseconds, and the ten that
+    take the longest (``[name, ms per step, calls per step]``)."""
+    import lightning as L
+    import torch
+    from torch.autograd import DeviceType
+
+    from pondernet_tutorial.runs.config import TrainConfig
+    from pondernet_tutorial.runs.training import make_datamodule
+
+    class Window(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if batch_idx == warmup:
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                self.profile = torch.profiler.profile(activities=activities)
+                self.profile.__enter__()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if batch_idx == warmup + steps - 1:
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                self.profile.__exit__(None, None, None)
+
+    activity = torch.profiler.ProfilerActivity
+    activities = [activity.CPU, activity.CUDA] if device == "cuda" else [activity.CPU]
+    window = Window()
+    trainer = L.Trainer(
+        max_epochs=1,
+        limit_train_batches=warmup + steps,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        accelerator="gpu" if device == "cuda" else "cpu",
+        devices=1,
+        callbacks=[window],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(module, datamodule=make_datamodule(TrainConfig(experiment=experiment, compile=True)))
+    ms, calls = Counter(), Counter()
+    for event in window.profile.events():
+        if device == "cuda" and event.device_type == DeviceType.CUDA:
+            ms[event.name] += event.time_range.elapsed_us() / 1000
+        elif device == "cpu" and event.device_type == DeviceType.CPU:
+            ms[event.name] += event.self_cpu_time_total / 1000
+        else:
+            continue
+        calls[event.name] += 1
+    return {
+        "steps": steps,
+        "kernels_per_step": round(sum(calls.values()) / steps, 1),
+        "ms_per_step": round(sum(ms.values()) / steps, 4),
+        "top": [[name, round(t / steps, 4), round(calls[name] / steps, 2)] for name, t in ms.most_common(10)],
+    }
+
+
+def step_time(
+    experiment: str, device: str, warmup: int, timed: int, synthetic: bool, profile_steps: int = 0
+) -> dict:
     """This process's compiled step, on a GPU first graphed and then without the graph (the same
     compiled code: on the CPU a second module compiled nothing, and ``added`` shows whether a GPU
-    does), each path's steady time and what it added to the counters; then the process's counters."""
+    does), each path's steady time and what it added to the counters; then the process's counters;
+    then, with ``profile_steps``, each path's :func:`kernel_profile` (after the counters are read)."""
     from host_time import synthetic_mnist, timed_training  # beside this script, on its path
 
     if synthetic:
         import pondernet_tutorial.data.modules as modules
 
         synthetic_mnist(modules)
-    paths = {}
+    paths, modules_used = {}, {}
     for path in PATHS[device]:
         before = counted()
         module, result = timed_training(experiment, True, path == "graphed", device, warmup, timed)
         after = counted()
+        modules_used[path] = module
         paths[path] = {
             "ms_per_step": round(result["ms_per_step"], 3),
             "warmup_s": round(result["warmup_s"], 2),
@@ -73,11 +160,18 @@ def step_time(experiment: str, device: str, warmup: int, timed: int, synthetic: 
             },
         }
     totals = counted()
+    for path, module in modules_used.items():
+        if profile_steps:
+            try:
+                paths[path]["profile"] = kernel_profile(module, experiment, device, profile_steps)
+            except Exception as error:  # the timing stands without it
+                paths[path]["profile"] = f"{type(error).__name__}: {error}"
     return {
         "paths": paths,
         "graphs_compiled": totals.pop("graphs_compiled"),
         "counters": totals,
         "cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+        "versions": versions(),
     }
 
 
@@ -93,9 +187,13 @@ def ratio(cold: dict, warm: dict, path: str) -> float:
 
 def verdict(cold: dict, warm: dict, tolerance: float) -> tuple[bool, str]:
     """``(passed, one line)``: the warm step (the first path: graphed on a GPU) within ``tolerance``
-    times the cold one's time, the cold step compiled afresh and the warm one loaded from the cache."""
+    times the cold one's time, the cold step compiled afresh and the warm one loaded from the cache,
+    and on a GPU both steps replayed from their graphs."""
     path = next(iter(cold["paths"]))
     judged = ratio(cold, warm, path)
+    if path == "graphed" and not all(run["paths"][path].get("graph_replays", 1) for run in (cold, warm)):
+        replays = [run["paths"][path].get("graph_replays") for run in (cold, warm)]
+        return False, f"a graphed path replayed no step (cold {replays[0]}, warm {replays[1]}): not tested"
     if cache_hits(cold):
         return False, f"the cold process found its step in the cache already (ratio {judged:.2f}): not tested"
     if cache_hits(warm) == 0:
@@ -138,7 +236,10 @@ def main(argv=None) -> int:
     parser.add_argument("--experiment", default="mnist-interpolation")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--warmup", type=int, default=30)
-    parser.add_argument("--timed", type=int, default=300)
+    parser.add_argument("--timed", type=int, default=100)
+    parser.add_argument(
+        "--profile-steps", type=int, default=20, help="steps profiled in each path, 0 for none [20]"
+    )
     parser.add_argument("--tolerance", type=float, default=1.5, help="most warm/cold ratio that passes [1.5]")
     parser.add_argument(
         "--synthetic", action="store_true", help="random uint8 images instead of MNIST's files"
@@ -147,28 +248,37 @@ def main(argv=None) -> int:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:  # one of the two processes: its numbers, as the last line of its output
-        print(json.dumps(step_time(args.experiment, args.device, args.warmup, args.timed, args.synthetic)))
+        step = step_time(
+            args.experiment, args.device, args.warmup, args.timed, args.synthetic, args.profile_steps
+        )
+        print(json.dumps(step))
         return 0
     command = [sys.executable, __file__, "--child", *(argv if argv is not None else sys.argv[1:])]
-    runs = {}
+    results = dict(vars(args))
+
+    def save():  # after each process: a command cut short keeps the cold one's numbers
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=2))
+
     with tempfile.TemporaryDirectory(prefix="compile-cache-") as cache:
         env = {**os.environ, **CACHE_SWITCHES, "TORCHINDUCTOR_CACHE_DIR": cache}
         for name in ("cold", "warm"):
             done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 print(done.stderr[-3000:], file=sys.stderr)
+                results[name] = {"status": done.returncode, "stderr": done.stderr[-3000:]}
+                save()
                 raise SystemExit(f"the {name} process failed with status {done.returncode}")
-            runs[name] = json.loads(done.stdout.strip().splitlines()[-1])
-            print(f"{name}: {runs[name]}", flush=True)
-    passed, line = verdict(runs["cold"], runs["warm"], args.tolerance)
+            results[name] = json.loads(done.stdout.strip().splitlines()[-1])
+            print(f"{name}: {results[name]}", flush=True)
+            save()
+    passed, line = verdict(results["cold"], results["warm"], args.tolerance)
     print(("passed: " if passed else "FAILED: ") + line)
-    found = cause(runs["cold"], runs["warm"], args.tolerance) if cache_hits(runs["warm"]) else ""
+    found = cause(results["cold"], results["warm"], args.tolerance) if cache_hits(results["warm"]) else ""
     if found:
         print(f"cause: {found}")
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps({**vars(args), **runs, "passed": passed, "verdict": line, "cause": found}, indent=2)
-        )
+    results.update(passed=passed, verdict=line, cause=found)
+    save()
     return 0 if passed else 1
 
 

@@ -7,6 +7,7 @@ Deliberate breaks these tests catch (each was tried):
 - the ratio turned round (cold over warm): test_a_slow_warm_step_fails;
 - a warm process without a cache hit passed: test_a_check_that_missed_the_cache_fails;
 - the hits of every path counted, not only the first one's: test_only_the_first_paths_hits_count;
+- a graphed path without replays judged: test_a_graphed_path_that_never_replayed_tests_nothing;
 - the ratio without the graph not compared (or compared the wrong way round):
   test_the_cause_of_a_slow_warm_step.
 """
@@ -24,10 +25,10 @@ sys.path.insert(0, str(BENCHMARKS))
 import compile_cache  # noqa: E402
 
 
-def run(graphed: float, compiled: float | None = None, graphs: int = 1, **cache) -> dict:
-    """A process's numbers: the graphed path's ms per step (with the cache counters it added), and,
-    where given, the same compiled step's without the graph."""
-    paths = {"graphed": {"ms_per_step": graphed, "added": cache}}
+def run(graphed: float, compiled: float | None = None, graphs: int = 1, replays: int = 100, **cache) -> dict:
+    """A process's numbers: the graphed path's ms per step (with the cache counters it added and its
+    graph's replays), and, where given, the same compiled step's without the graph."""
+    paths = {"graphed": {"ms_per_step": graphed, "added": cache, "graph_replays": replays}}
     if compiled is not None:
         paths["compiled"] = {"ms_per_step": compiled, "added": {}}
     return {"paths": paths, "graphs_compiled": graphs}
@@ -49,6 +50,13 @@ def test_a_check_that_missed_the_cache_fails():
     assert not passed and "took nothing from the cache" in line
     passed, line = compile_cache.verdict(run(10.0, **HIT), run(10.0, **HIT), 1.5)
     assert not passed and "found its step in the cache already" in line
+
+
+def test_a_graphed_path_that_never_replayed_tests_nothing():
+    """A capture that failed (or was refused) leaves the graphed step eager: the cached graph is untested."""
+    for cold, warm in ((COLD, run(10.0, **HIT, replays=0)), (run(10.0, replays=0, **MISS), run(10.0, **HIT))):
+        passed, line = compile_cache.verdict(cold, warm, 1.5)
+        assert not passed and "replayed no step" in line, line
 
 
 def test_only_the_first_paths_hits_count():
@@ -76,8 +84,9 @@ def test_the_second_process_loads_the_first_ones_step(tmp_path):
     loads it from the folder they share, a folder of their own (the reader's cache is not touched),
     and the check's status is its verdict."""
     out, readers_cache = tmp_path / "cache.json", tmp_path / "readers-cache"
-    command = [sys.executable, str(BENCHMARKS / "compile_cache.py"), "--device", "cpu"]
-    command += ["--experiment", "parity-interpolation", "--warmup", "3", "--timed", "20", "--json", str(out)]
+    command = [sys.executable, str(BENCHMARKS / "compile_cache.py"), "--device", "cpu", "--json", str(out)]
+    command += ["--experiment", "parity-interpolation", "--warmup", "3", "--timed", "20"]
+    command += ["--profile-steps", "5"]
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(readers_cache)}
     done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=600, env=env)
     result = json.loads(out.read_text())
@@ -85,5 +94,10 @@ def test_the_second_process_loads_the_first_ones_step(tmp_path):
     assert result["cold"]["cache_dir"] == result["warm"]["cache_dir"] != str(readers_cache)
     assert compile_cache.cache_hits(result["cold"]) == 0, result["cold"]
     assert compile_cache.cache_hits(result["warm"]) > 0, result["warm"]
+    for process in ("cold", "warm"):  # each profiled its steady steps (on the CPU: its operators)
+        profile = result[process]["paths"]["compiled"]["profile"]
+        assert profile["steps"] == 5 and profile["kernels_per_step"] > 0 and len(profile["top"]) == 10, (
+            profile
+        )
     # the verdict's own rule decides the status (a CPU step may time either way on a busy machine)
     assert done.returncode == (0 if result["passed"] else 1), done.stderr[-2000:]
