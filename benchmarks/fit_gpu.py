@@ -36,6 +36,9 @@ MNIST need not be on the machine: random uint8 images of its shape go through th
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import io
 import json
 import platform
 import sys
@@ -86,15 +89,17 @@ def cuda_init_seconds() -> float:
     return round(time.perf_counter() - start, 2)
 
 
+@functools.cache
 def own_model_cells() -> dict:
     """The own-model chapter's data (``digit_sums``) and step function (``DigitSumStep``), run from the
-    notebook's own cells."""
+    notebook's own cells (what they print left out of the log)."""
     notebook = json.loads((BOOK / "own_model.ipynb").read_text())
     space = {"torch": torch, "nn": torch.nn, "StepFunction": __import__("pondernet_tutorial").StepFunction}
     for cell in notebook["cells"]:
         source = "".join(cell["source"])
         if cell["cell_type"] == "code" and ("def digit_sums" in source or "class DigitSumStep" in source):
-            exec(compile(source, "own_model.ipynb", "exec"), space)
+            with contextlib.redirect_stdout(io.StringIO()):
+                exec(compile(source, "own_model.ipynb", "exec"), space)
     return space
 
 
@@ -130,7 +135,9 @@ def same_weights(device: str, tolerance: float) -> dict:
             module, data, device, fast, max_epochs=1, limit_val_batches=0, num_sanity_val_steps=0, **QUIET
         )
         modules.append(module)
-    diff = max(float((p - q).abs().max()) for p, q in zip(modules[0].parameters(), modules[1].parameters()))
+    diff = max(
+        float((p - q).detach().abs().max()) for p, q in zip(modules[0].parameters(), modules[1].parameters())
+    )
     replays = fits["fast"]["graph_replays"]
     out = {
         "steps": int(trainer.global_step),
