@@ -238,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_eval.add_argument(
         "--output", help="write the per-sample table to this CSV file (its folder must exist)"
     )
+    p_eval.add_argument("--overwrite", action="store_true", help="replace the --output file if it is there")
     p_eval.add_argument(
         "--trust-code",
         action="store_true",
@@ -477,8 +478,14 @@ def _evaluate(args) -> None:
 
     # the request is checked before any model or data is loaded
     limit = _checked(LIMIT.validate, "--limit", args.limit)
-    if args.output:
-        _checked(check_writable_file, args.output)
+    if args.output:  # never over the model it reads, nor a file that is there unasked
+        _checked(
+            check_writable_file,
+            args.output,
+            "--output",
+            args.overwrite,
+            [args.checkpoint] if args.checkpoint else [],
+        )
     given = _config_values(args, run_options())
     if args.pretrained:
         experiment_name = args.pretrained

@@ -663,16 +663,32 @@ def check_writable_folder(path: str | os.PathLike, what: str = "--output-dir", s
     _check_can_write_in(existing, f"{what} {path}")
 
 
-def check_writable_file(path: str | os.PathLike, what: str = "--output") -> None:
+def _same_file(a: Path, b) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them is not there
+        return False
+
+
+def check_writable_file(
+    path: str | os.PathLike, what: str = "--output", overwrite: bool = False, keep=()
+) -> None:
     """Refuse a file name that names a folder, or anything but a regular file (a device such as
     /dev/null, a FIFO: the file is written beside it and renamed onto it, which would replace it), lies
-    in the shipped runs' folder, or whose folder is missing or cannot be written."""
+    in the shipped runs' folder, or whose folder is missing or cannot be written; a file that is there
+    unless ``overwrite``, and never a run's model file or record, or one of ``keep`` (the files read)."""
     check_not_shipped(path, what)
     path = Path(path).expanduser()
     if path.is_dir():
         raise ValueError(f"{what} {path} is a folder: give a file name, e.g. {path / 'per_sample.csv'}.")
     if os.path.lexists(path) and not (path.is_symlink() or path.is_file()):
         raise ValueError(f"{what} {path} is not a regular file (a device or a FIFO): give a file name.")
+    if path.name in (WEIGHTS, "metadata.json") or any(_same_file(path, k) for k in keep):
+        raise ValueError(f"{what} {path} is a run's own file: choose another file name.")
+    if os.path.lexists(path) and not overwrite:
+        raise ValueError(
+            f"{what} {path} is there already: pass --overwrite to replace it, or choose another name."
+        )
     folder = path.parent
     if not folder.is_dir():
         raise ValueError(f"{what} {path}: the folder {folder} does not exist; create it first.")

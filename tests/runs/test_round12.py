@@ -179,3 +179,33 @@ def test_the_command_lines_error_and_trains_warning_are_one_short_line_whatever_
     assert quoted_well(capsys.readouterr().err)
     cannot_continue(tmp_path, ValueError(ESCAPES + " is not a file of an unfinished run"))
     assert quoted_well(capsys.readouterr().err)
+
+
+def test_evaluate_never_writes_over_a_file_unasked_nor_over_a_runs_own(tmp_path, capsys):
+    """`evaluate --output` replaced any file that was there, without a word and with exit status 0: the
+    model file it evaluated (a slip of the shell's history), a user's thesis. Now a file that is there
+    needs --overwrite, and a run's model file or metadata.json, or the file evaluated, are never
+    replaced. Break: drop the exists check, or the run's-own-file check, from check_writable_file."""
+    from test_faults import tiny
+
+    from pondernet_tutorial.runs import cli
+    from pondernet_tutorial.runs.training import train
+
+    config = tiny(tmp_path / "runs")
+    train(config)
+    model = config.run_dir / "model.safetensors"
+    before = model.read_bytes()
+    thesis = tmp_path / "thesis.tex"
+    thesis.write_text("three years of work\n")
+    evaluate = ["evaluate", "--checkpoint", str(model), "--limit", "4", "--output"]
+    for target, extra in (
+        (model, []),
+        (model, ["--overwrite"]),
+        (config.run_dir / "metadata.json", ["--overwrite"]),
+        (thesis, []),
+    ):
+        assert cli.main([*evaluate, str(target), *extra]) == 2, target
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert model.read_bytes() == before and thesis.read_text() == "three years of work\n"
+    assert cli.main([*evaluate, str(thesis), "--overwrite"]) == 0  # asked: replaced
+    assert thesis.read_text().startswith("set,")
