@@ -172,7 +172,10 @@ MAX_ENTRIES = 10_000  # files in an unfinished run's folder: a few checkpoints a
 # tensorboard its event files and hparams.yaml in logs/ itself; wandb a tree of its own in logs/wandb
 SITTING = re.compile(r"version_\d+")
 SITTING_FILE = re.compile(r"metrics\.csv|hparams\.yaml|\.metrics\.csv\.\d+-[0-9a-f]+\.tmp")
-LOGS_FILE = re.compile(r"events\.out\.tfevents\..+|hparams\.yaml")
+# tensorboard's event file (events.out.tfevents.<time>.<host>.<pid>.<n>[.v2]) and hparams.yaml
+LOGS_FILE = re.compile(r"events\.out\.tfevents\.\d+\..+\.\d+\.\d+(\.v2)?|hparams\.yaml")
+# what wandb writes in logs/wandb: a run's folder (all of it is wandb's), latest-run, its debug logs
+WANDB_ENTRY = re.compile(r"(offline-)?run-\d{8}_\d{6}-.+|latest-run|debug(-[a-z]+)?\.log")
 
 
 class KeptRunError(PicklableError, CheckpointError):
@@ -338,8 +341,8 @@ def _a_temp_of(name: str, files) -> bool:
 
 def _a_log(parts: tuple, regular: bool, folder: bool) -> bool:
     """Whether ``logs/<parts>`` is what a logger writes (:data:`SITTING`, :data:`LOGS_FILE`)."""
-    if parts[0] == "wandb":
-        return True  # wandb's own tree (its links are checked above)
+    if parts[0] == "wandb":  # wandb's own tree (its links are checked above)
+        return folder if len(parts) == 1 else bool(WANDB_ENTRY.fullmatch(parts[1]))
     if SITTING.fullmatch(parts[0]):  # the csv logger takes the next version_<n> not held by a folder
         return (
             folder

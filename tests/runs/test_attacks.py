@@ -772,8 +772,11 @@ def test_an_unfinished_folder_with_a_stranger_or_too_many_entries_is_not_resumed
     with pytest.raises(CheckpointError, match="evaluation.json is not a file of an unfinished run"):
         _check_unfinished_folder(run)
     (run / "evaluation.json").unlink()
-    (run / "logs" / "wandb").mkdir()  # wandb's tree: the one place in logs/ of any name
+    files = (
+        run / "logs" / "wandb" / "offline-run-20261129_193624-thq0hdkt" / "files"
+    )  # a wandb run's folder: names of any kind
+    files.mkdir(parents=True)
     for i in range(MAX_ENTRIES + 1):
-        (run / "logs" / "wandb" / str(i)).touch()
+        (files / str(i)).touch()
     with pytest.raises(CheckpointError, match="more than 10,000 files"):
         _check_unfinished_folder(run)

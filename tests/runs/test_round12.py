@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from pondernet_tutorial.checkpointing import CheckpointError, read_checkpoint_file
+from pondernet_tutorial.runs.resume import KeptRunError
 
 
 @contextlib.contextmanager
@@ -209,3 +210,39 @@ def test_evaluate_never_writes_over_a_file_unasked_nor_over_a_runs_own(tmp_path,
     assert model.read_bytes() == before and thesis.read_text() == "three years of work\n"
     assert cli.main([*evaluate, str(thesis), "--overwrite"]) == 0  # asked: replaced
     assert thesis.read_text().startswith("set,")
+
+
+def test_a_users_file_among_the_loggers_files_is_kept(tmp_path):
+    """logs/ accepted any name below logs/wandb/ and any name that began with events.out.tfevents., so
+    a user's notebook in logs/wandb/ or a logs/events.out.tfevents.my-notes.txt was removed with the
+    unfinished run that train() trained again. Now only what the loggers write passes (the names below,
+    as wandb 0.2x and tensorboard wrote them here). Break: accept any name below logs/wandb/ in _a_log,
+    or LOGS_FILE's events.out.tfevents\\..+ of round 11."""
+    from pondernet_tutorial.runs.resume import check_only_run_files
+
+    run = tmp_path / "seed0"
+    wandb = run / "logs" / "wandb"
+    for path in (
+        "logs/version_0/metrics.csv",
+        "logs/events.out.tfevents.1795981018.vm.24040.0",
+        "logs/hparams.yaml",
+        "logs/wandb/offline-run-20261129_193624-thq0hdkt/files/output.log",
+        "logs/wandb/offline-run-20261129_193624-thq0hdkt/run-thq0hdkt.wandb",
+        "logs/wandb/debug.log",
+        "logs/wandb/debug-internal.log",
+        "history.csv",
+    ):
+        (run / path).parent.mkdir(parents=True, exist_ok=True)
+        (run / path).write_text("x")
+    (wandb / "latest-run").symlink_to("offline-run-20261129_193624-thq0hdkt")
+    check_only_run_files(run)  # what the loggers wrote: nothing of the user's
+    for name in (
+        "logs/wandb/analysis.ipynb",
+        "logs/events.out.tfevents.my-notes.txt",
+        "logs/wandb/plots/a.png",
+    ):
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_text("mine")
+        with pytest.raises(KeptRunError, match="is not a file of the run's logs"):
+            check_only_run_files(run)
+        (run / name).unlink()

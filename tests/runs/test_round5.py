@@ -98,7 +98,9 @@ def test_4_a_run_folder_nested_too_deep_or_looping_is_one_error(tmp_path, reques
     sys.setrecursionlimit(1000)
     request.addfinalizer(lambda: sys.setrecursionlimit(limit))
     deep = tmp_path / "deep"
-    folder = deep / "logs" / "wandb"  # wandb's tree: the one place in logs/ of any name
+    folder = (
+        deep / "logs" / "wandb" / "offline-run-20261129_193624-thq0hdkt"
+    )  # a wandb run's folder: names of any kind below it
     folder.mkdir(parents=True)
     for _ in range(1100):  # one level at a time: mkdir(parents=True) recurses too
         folder = folder / "a"
@@ -109,7 +111,7 @@ def test_4_a_run_folder_nested_too_deep_or_looping_is_one_error(tmp_path, reques
         with pytest.raises(FileExistsError, match="nested too deep to delete"):
             remove_inside(deep, tmp_path)
     finally:  # one level at a time, deepest first: pytest's own clean-up of tmp_path would recurse
-        while folder != deep:
+        while folder != deep / "logs" / "wandb":
             os.rmdir(folder)
             folder = folder.parent
     loop = tmp_path / "loop"

@@ -201,8 +201,10 @@ def test_3_4_a_linked_logs_or_checkpoints_folder_is_never_written_through(
 def test_a_link_inside_the_logs_that_stays_in_the_run_still_resumes(tmp_path, monkeypatch):
     """wandb keeps a ``latest-run`` link in its logs, to a folder beside it: that is not an escape."""
     config = stopped_run(tmp_path, monkeypatch)
-    (config.run_dir / "logs" / "wandb" / "offline-run-1").mkdir(parents=True)
-    (config.run_dir / "logs" / "wandb" / "latest-run").symlink_to("offline-run-1")
+    (config.run_dir / "logs" / "wandb" / "offline-run-20261129_193624-thq0hdkt").mkdir(
+        parents=True
+    )  # wandb's name, as it writes it
+    (config.run_dir / "logs" / "wandb" / "latest-run").symlink_to("offline-run-20261129_193624-thq0hdkt")
     _, metadata = train(config)
     assert metadata["resumed"]
 
