@@ -1,8 +1,8 @@
 """What a user can hand the LightningModule wrong, each refused in one line that says what to do: its
 options, whether a fit validates (which patience and the plateau schedule watch), and each batch
-(checked by :func:`~pondernet_tutorial.fitting.fit`'s ``CheckBatches``, before the step: only the check
-of the first batch of training, of validation and of testing reads values from the device, so a GPU
-waits once in each).
+(checked by :func:`~pondernet_tutorial.fitting.fit`'s ``CheckBatches``, before the step: on a GPU only
+the check of the first batch of training, of validation and of testing reads values from the device,
+so it waits once in each; on the CPU every batch's targets are checked).
 """
 
 from __future__ import annotations
@@ -81,15 +81,18 @@ def check_batch(batch, model, precision="32-true") -> None:
         )
 
 
-def check_step_returns(model, x, y=None) -> None:
+CLASS_ADVICE = "number the classes from 0, or give the step's output layer more"
+
+
+def check_step_returns(model, x, y=None) -> int | None:
     """One step of ``model``'s step function on two inputs, in eval mode (no batch statistics move, no
     dropout draws) and on a copy of the random state, must return three values ``(ŷ_n, z_n,
     h_next)``: a step that returns two, or ``None``, would fail in the unroll's unpacking in Python's
     words. The targets ``y`` (of the same batch) must be classes of that prediction
-    (:func:`check_classes`)."""
+    (:func:`check_classes`). Returns the number of classes, where the step predicts classes."""
     step_function = getattr(model, "step_function", None)
     if step_function is None or not isinstance(x, Tensor):
-        return
+        return None
     training = step_function.training
     devices = [x.device] if x.device.type == "cuda" else []  # a step may draw (a random first state)
     try:
@@ -110,9 +113,9 @@ def check_step_returns(model, x, y=None) -> None:
         and model.loss_fn is per_sample_cross_entropy
         and isinstance(y, Tensor)
     ):
-        check_classes(
-            y, out[0].shape[-1], "the step", "number the classes from 0, or give the step's output layer more"
-        )
+        check_classes(y, out[0].shape[-1], "the step", CLASS_ADVICE)
+        return out[0].shape[-1]
+    return None
 
 
 def check_classes(y: Tensor, classes: int, who: str, advice: str) -> None:

@@ -20,7 +20,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from .checkpointing import CheckedCheckpointIO, FolderCheckpoint, checkpoint_bound
-from .checks import check_batch, check_step_returns, validates
+from .checks import CLASS_ADVICE, check_batch, check_classes, check_step_returns, validates
 from .fast_path import fast_module
 from .lightning_module import PonderLitModule
 from .threads import training_threads
@@ -71,16 +71,19 @@ class CheckBatches(Callback):
     """Refuse a batch that is not ``(inputs, targets)`` of class indices, and (at the first batch of
     training, of validation and of testing) a step function that does not return three values or
     targets outside its classes, in one line, before the step that would fail deep inside
-    (:mod:`~pondernet_tutorial.checks`)."""
+    (:mod:`~pondernet_tutorial.checks`). The targets of every later batch are checked too where they
+    lie on the CPU; on an accelerator that would make the host wait at each step, and a bad label of a
+    later batch meets torch's own error there."""
 
     def __init__(self):
-        self.checked = set()  # the loops whose first batch was checked
+        self.classes = {}  # per loop whose first batch was checked: the step's classes (None: not classes)
 
     def check(self, loop, pl_module, batch):
         check_batch(batch, pl_module.model, pl_module.trainer.precision)
-        if loop not in self.checked:
-            check_step_returns(pl_module.model, *batch)
-            self.checked.add(loop)
+        if loop not in self.classes:
+            self.classes[loop] = check_step_returns(pl_module.model, *batch)
+        elif self.classes[loop] and batch[1].device.type == "cpu":
+            check_classes(batch[1], self.classes[loop], "the step", CLASS_ADVICE)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self.check("train", pl_module, batch)
@@ -128,12 +131,17 @@ def check_arguments(
         )
     if options.get("enable_checkpointing") is False:
         raise ValueError("fit keeps the best epoch with a checkpoint: leave enable_checkpointing out.")
-    keeps_last = any(isinstance(c, ModelCheckpoint) and c.save_last for c in callbacks)
+    keeps_last = [c.save_last for c in callbacks if isinstance(c, ModelCheckpoint) and c.save_last]
     if ckpt_path == "last" and not keeps_last:  # Lightning would warn and train from scratch
         raise ValueError(
             "fit keeps the best epoch's checkpoint, not the last: continue from that file "
             "(ckpt_path=trainer.checkpoint_callback.best_model_path of the earlier fit), or give "
             "callbacks=ModelCheckpoint(dirpath=..., save_last=True) to both fits."
+        )
+    if ckpt_path == "last" and "link" in keeps_last:  # its last.ckpt is a link, which is never followed
+        raise ValueError(
+            'ckpt_path="last" reads last.ckpt, which save_last="link" makes a symbolic link, never '
+            "followed here: use save_last=True, or give the file it points to as ckpt_path."
         )
     for name, value, low in (
         ("max_epochs", max_epochs, 1),

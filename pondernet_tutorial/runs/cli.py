@@ -284,6 +284,9 @@ MAX_ERROR_LINE = 2_000  # characters: an error line that quotes a file's names s
 
 
 def main(argv=None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a path of bytes that are not UTF-8 (a Latin-1 folder name)
+        if hasattr(stream, "reconfigure"):  # prints escaped, never as a UnicodeEncodeError after the work
+            stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     from .processes import stop_on_signals
 
@@ -559,13 +562,13 @@ def _evaluate(args) -> None:
     per_sample, _ = evaluate(module, datamodule.evaluation_sets())
     table = summarize(per_sample, experiment.group_by)
     columns = [*experiment.group_by, "accuracy", "halt_step", "expected_steps", "n"]
-    print(table[columns].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-    run = f"{config.experiment}/{config.variant} seed {config.seed}" if args.pretrained else args.checkpoint
-    print(_evaluation_summary(run, per_sample))
-    if args.output:
+    if args.output:  # first: the table is the work, the lines below only show it
         from .files import write_csv
 
         write_csv(args.output, per_sample, index=False)  # whole, or not at all
+    print(table[columns].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    run = f"{config.experiment}/{config.variant} seed {config.seed}" if args.pretrained else args.checkpoint
+    print(_evaluation_summary(run, per_sample))
 
 
 def _evaluation_summary(run: str, per_sample) -> str:

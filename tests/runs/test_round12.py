@@ -246,3 +246,62 @@ def test_a_users_file_among_the_loggers_files_is_kept(tmp_path):
         with pytest.raises(KeptRunError, match="is not a file of the run's logs"):
             check_only_run_files(run)
         (run / name).unlink()
+
+
+def test_fit_names_a_bad_label_of_a_later_batch_and_refuses_last_through_a_link(tmp_path):
+    """Only the first batch's labels were checked: a label of 7 in the second batch of a 2-class task
+    met torch's 41-frame IndexError (on a GPU a device-side assert that ends the session). On the CPU
+    every batch is checked now, in one line. And ckpt_path="last" was accepted with
+    ModelCheckpoint(save_last="link"), whose last.ckpt is a link that is never followed: refused
+    before training now. Break: check the first batch only in CheckBatches, or drop the "link" check."""
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from tiny_parity import QUIET, module, parity
+    from torch.utils.data import TensorDataset
+
+    from pondernet_tutorial import fit
+
+    x, y = parity(64, 0)
+    y = y.clone()
+    y[40] = 7  # in the second batch of 32
+    datamodule = L.LightningDataModule.from_datasets(
+        TensorDataset(x, y), TensorDataset(*parity(64, 1)), batch_size=32
+    )
+    with pytest.raises(
+        ValueError, match=r"targets must be classes from 0 to 1 \(the step predicts 2\), got 7"
+    ):
+        fit(module(), datamodule, 1, default_root_dir=tmp_path, **QUIET)
+    good = L.LightningDataModule.from_datasets(
+        TensorDataset(*parity(64, 0)), TensorDataset(*parity(64, 1)), batch_size=32
+    )
+    links = ModelCheckpoint(dirpath=tmp_path / "ck", save_last="link")
+    with pytest.raises(ValueError, match='save_last="link" makes a symbolic link'):
+        fit(module(), good, 1, callbacks=[links], ckpt_path="last", default_root_dir=tmp_path, **QUIET)
+
+
+def test_a_path_that_is_not_utf8_is_printed_escaped_after_the_work_is_saved(tmp_path):
+    """A folder named in Latin-1 (b"r\\xe9sultats", legal on Linux) made evaluate print its path to a
+    strict UTF-8 terminal and die in a UnicodeEncodeError traceback after the whole evaluation, before
+    it wrote --output. Break: drop the reconfigure of sys.stdout in cli.main."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from pondernet_tutorial.runs.config import PRETRAINED_DIR
+
+    run = PRETRAINED_DIR / "parity-interpolation" / "act-tau=0.001" / "seed0"
+    folder = os.path.join(os.fsencode(tmp_path), b"r\xe9sultats")
+    os.mkdir(folder)
+    for name in ("model.safetensors", "metadata.json"):
+        shutil.copy(run / name, os.path.join(folder, name.encode()))
+    out = tmp_path / "per_sample.csv"
+    command = [sys.executable, "-m", "pondernet_tutorial", "evaluate", "--checkpoint", folder, "--limit", "4"]
+    result = subprocess.run(
+        [*command, "--output", str(out)],
+        capture_output=True,
+        env=dict(os.environ, PYTHONIOENCODING="utf-8", OMP_NUM_THREADS="1"),
+        timeout=300,
+    )
+    assert result.returncode == 0 and b"Traceback" not in result.stderr, result.stderr[-300:]
+    assert out.is_file() and b"r\\udce9sultats" in result.stdout
