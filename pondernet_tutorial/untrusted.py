@@ -135,6 +135,17 @@ def open_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES, follow_link
 # 4.5 MB gzipped, 17 MB of text; a table 4 times bigger is not one the package wrote. pandas holds a table
 # in about 8 times its text at worst (one-letter cells): at most about half a gigabyte, read in seconds
 MAX_TABLE_BYTES = 64 * 2**20
+# several runs' tables read together (a notebook's per-sample tables, a study's tables): every shipped
+# per-sample table together holds 178 MB of text
+MAX_TABLES_BYTES = 4 * MAX_TABLE_BYTES
+
+
+class TableBudget:
+    """The bytes of text that several :func:`read_table` calls may take together (its ``budget``): many
+    run folders may each hold a table as big as one may be (a gzip bomb of 80 kB, hard-linked into each)."""
+
+    def __init__(self, total: int | None = None):
+        self.total = self.left = MAX_TABLES_BYTES if total is None else total
 
 
 def read_regular(path: str | os.PathLike, cap: int = MAX_READ_BYTES, follow_links: bool = True) -> bytes:
@@ -171,20 +182,28 @@ class _Capped:
     becomes an index of one level per extra field). A row is what pandas reads as one
     (:func:`_rows`): a newline or a comma inside a quoted field does not end it."""
 
-    def __init__(self, raw, cap: int, path, whole_lines: bool = False):
+    def __init__(self, raw, cap: int, path, whole_lines: bool = False, budget: TableBudget | None = None):
         self.raw, self.cap, self.path, self.whole_lines, self.buffer = raw, cap, path, whole_lines, None
+        self.budget, self.size = budget, 0
 
     def _load(self):
         if self.buffer is None:
             chunks, count = [], 0
-            while chunk := self.raw.read(min(2**20, self.cap + 1 - count)):
+            cap = self.cap if self.budget is None else min(self.cap, self.budget.left)
+            while chunk := self.raw.read(min(2**20, cap + 1 - count)):
                 chunks.append(chunk)
                 count += len(chunk)
                 if count > self.cap:
                     raise DamagedFileError(
                         errno.EFBIG, f"{self.path} holds more than {self.cap:,} bytes of table"
                     )
+                if count > cap:
+                    raise DamagedFileError(
+                        errno.EFBIG,
+                        f"the tables read with {self.path} hold more than {self.budget.total:,} bytes together",
+                    )
             data = b"".join(chunks)
+            self.size = len(data)
             if self.whole_lines:  # a table still being appended to: its last line may be cut short
                 data = data[: data.rfind(b"\n") + 1]
             if b"\0" in data:
@@ -270,6 +289,7 @@ def read_table(
     required: tuple[str, ...] = (),
     whole_lines: bool = False,
     steps: tuple[str, ...] = (),
+    budget: TableBudget | None = None,
     **read_csv_options,
 ):
     """A CSV table (gzip-compressed when ``path`` ends with ``.gz``) as a pandas ``DataFrame``, read only
@@ -278,7 +298,8 @@ def read_table(
     ``required``: the columns it must have; ``steps``: the columns that must hold halting steps, whole
     numbers from 1 to :data:`~pondernet_tutorial.halting.MAX_STEPS` (a reader sizes arrays by them);
     ``follow_links=False``: a table in a results folder, which a link must not lead out of; ``whole_lines``: only the lines that end in a newline, of a table that
-    may still be being appended to (no whole line: an empty table).
+    may still be being appended to (no whole line: an empty table); ``budget``: what this read may
+    take of the bytes of several (:class:`TableBudget`).
 
     Raises:
         FileNotFoundError: no such file.
@@ -292,8 +313,11 @@ def read_table(
     path = Path(path)
     with open_regular(path, cap, follow_links) as file:
         raw = gzip.GzipFile(fileobj=file, mode="rb") if path.suffix == ".gz" else file
+        capped = _Capped(raw, cap, path, whole_lines, budget)
         try:
-            table = pd.read_csv(_Capped(raw, cap, path, whole_lines), **read_csv_options)
+            table = pd.read_csv(capped, **read_csv_options)
+            if budget is not None:
+                budget.left -= capped.size
         except DamagedFileError:
             raise
         except pd.errors.EmptyDataError as error:  # no line at all (whole_lines: none finished)

@@ -173,9 +173,9 @@ def load_table(root, runs, name: str):
     import pandas as pd
 
     from ..runs.evaluation import STEP_COLUMNS
-    from ..untrusted import DamagedFileError, read_table
+    from ..untrusted import DamagedFileError, TableBudget, read_table
 
-    frames, seen = [], set()
+    frames, seen, budget = [], set(), TableBudget()  # the tables together, bounded as each is
     for _, run in runs.iterrows():
         path = run_file(root, run, name)
         if path.resolve() in seen:  # the table is data: a run named many times, or through links to
@@ -184,7 +184,7 @@ def load_table(root, runs, name: str):
             )
         seen.add(path.resolve())
         # a sample's halting step sizes the figures' arrays (np.bincount)
-        frame = read_table(path, steps=STEP_COLUMNS.get(name.split(".")[0], ()))
+        frame = read_table(path, steps=STEP_COLUMNS.get(name.split(".")[0], ()), budget=budget)
         for column in ("experiment", "variant", "method", "seed"):
             frame.insert(0, column, run[column])
         frames.append(frame)

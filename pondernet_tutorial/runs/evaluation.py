@@ -629,12 +629,13 @@ def range_scores(module, sets: dict[str, EvalSet], seed: int = 0) -> dict:
     return scores
 
 
-def load_run_tables(run_dir: str | Path, per_sample: bool = False) -> dict[str, pd.DataFrame]:
+def load_run_tables(run_dir: str | Path, per_sample: bool = False, budget=None) -> dict[str, pd.DataFrame]:
     """A run's evaluation tables (and its per-sample table, where it was kept), each read without
     following a link out of the run, with the columns a study reads (:data:`REQUIRED_COLUMNS`) and
     the test sets that the run's ``evaluation.json`` records: the summary each of them, every table no
     other (a per-step table may leave a set out). A table of other sets would drop the run from a
-    study's tables without a word; each fault is a one-line ``DamagedFileError``."""
+    study's tables without a word; each fault is a one-line ``DamagedFileError``. ``budget``: a
+    :class:`~pondernet_tutorial.untrusted.TableBudget` shared with other runs' reads."""
     run_dir = Path(run_dir)
     files = {t.removesuffix(".csv"): run_dir / t for t in RUN_TABLES}
     if (run_dir / "halting.csv").is_file():
@@ -652,6 +653,7 @@ def load_run_tables(run_dir: str | Path, per_sample: bool = False) -> dict[str, 
             follow_links=False,
             required=REQUIRED_COLUMNS[name],
             steps=STEP_COLUMNS.get(name, ()),
+            budget=budget,
         )
         if name == "summary" and "degrees" in table and "mode" not in table:  # MNIST's rotations
             raise damaged_table(path, "it has degrees without their mode")

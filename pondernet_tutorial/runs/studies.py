@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..untrusted import read_json, read_table
+from ..untrusted import TableBudget, read_json, read_table
 from .config import (
     PRETRAINED_DIR,
     WEIGHTS,
@@ -539,7 +539,7 @@ def write_study_tables(
     out = root / "studies" / study.name
     check_inside(out, root, "study folder")  # written and unlinked in: never through a link
     collected = {"summary": [], "per_step": [], "per_class": [], "halting": []}
-    runs = []
+    runs, budget = [], TableBudget()  # every run's tables together, bounded as each one is
     for config in configs:
         columns = _run_columns(config, root)
         meta = read_metadata(config.run_dir) or {}
@@ -547,7 +547,7 @@ def write_study_tables(
         hardware = meta.get("hardware")  # data: a dict where this package wrote it
         threads = hardware.get("torch_threads") if isinstance(hardware, dict) else None
         runs.append({**columns, **recorded, "threads": threads})
-        for name, table in load_run_tables(config.run_dir).items():
+        for name, table in load_run_tables(config.run_dir, budget=budget).items():
             collected[name].append(table.assign(**columns))
     tables = {"runs": pd.DataFrame(runs)}
     if len(collected["halting"]) < len(configs):  # none, or not every run's: no study table of it

@@ -305,3 +305,40 @@ def test_a_path_that_is_not_utf8_is_printed_escaped_after_the_work_is_saved(tmp_
     )
     assert result.returncode == 0 and b"Traceback" not in result.stderr, result.stderr[-300:]
     assert out.is_file() and b"r\\udce9sultats" in result.stdout
+
+
+def test_the_tables_of_many_runs_are_bounded_together_as_each_one_is(tmp_path, monkeypatch):
+    """Each table was bounded (64 MiB of text), not the tables of a call together: one 80 kB gzip bomb
+    hard-linked as the per-sample table of many run folders took 64 MiB of text per folder (6 folders:
+    120 MiB, 880 MiB of memory; 200 folders: tens of GB). load_table and a study's tables now share one
+    budget (MAX_TABLES_BYTES, 256 MiB). Break: read without the budget in load_table."""
+    import gzip
+    import os
+
+    import pandas as pd
+
+    from pondernet_tutorial import untrusted
+    from pondernet_tutorial.analysis.notebook import load_table
+
+    text = "set,index,label,prediction,halt_step\n" + "test,0,1,1,2\n" * 80_000  # 1 MB of text
+    first = tmp_path / "bomb.csv.gz"
+    first.write_bytes(gzip.compress(text.encode()))
+    rows = []
+    for seed in range(3):  # three run folders, one file on disk
+        folder = tmp_path / "exp" / "variant" / f"seed{seed}"
+        folder.mkdir(parents=True)
+        os.link(first, folder / "per_sample.csv.gz")
+        rows.append(
+            {
+                "experiment": "exp",
+                "variant": "variant",
+                "method": "pondernet",
+                "seed": seed,
+                "path": f"exp/variant/seed{seed}",
+            }
+        )
+    runs = pd.DataFrame(rows)
+    assert len(load_table(tmp_path, runs, "per_sample.csv.gz")) == 240_000
+    monkeypatch.setattr(untrusted, "MAX_TABLES_BYTES", 2_500_000)  # two tables' text, not three
+    with pytest.raises(untrusted.DamagedFileError, match="hold more than 2,500,000 bytes together"):
+        load_table(tmp_path, runs, "per_sample.csv.gz")
