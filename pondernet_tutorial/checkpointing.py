@@ -22,6 +22,7 @@ import os
 import pickletools
 import re
 import stat
+import struct
 import warnings
 import zipfile
 from pathlib import Path
@@ -64,10 +65,32 @@ CHECKPOINT_GLOBALS = frozenset(
 )
 
 
+# torch.save writes a member per tensor's storage and three more; a member's entry in the zip's central
+# directory takes about 100 bytes: a checkpoint of 10,000 tensors, 1 MB
+MAX_DIRECTORY_BYTES = 2 * 2**20
+
+
+def directory_bytes(data: bytes) -> int:
+    """The size of the central directory that a zip archive's end record declares (0 where there is no
+    end record: zipfile then refuses the archive); zipfile reads every entry of it into an object."""
+    at = data.rfind(b"PK\x05\x06", max(0, len(data) - 22 - 0xFFFF))
+    if at < 0 or len(data) < at + 22:
+        return 0
+    (size,) = struct.unpack_from("<I", data, at + 12)
+    zip64 = data.rfind(b"PK\x06\x06", 0, at)  # torch.save's writer ends with a zip64 record
+    if zip64 >= 0 and len(data) >= zip64 + 56:
+        size = max(size if size != 0xFFFFFFFF else 0, struct.unpack_from("<Q", data, zip64 + 40)[0])
+    return size
+
+
 def checked_archive(data: bytes, path, max_bytes: int) -> io.BytesIO:
     """The archive that ``torch.load`` may read: ``data`` as torch.save writes it (a zip archive of
     stored members, at most ``max_bytes`` in all, one ``data.pkl`` naming only :data:`CHECKPOINT_GLOBALS`),
     written again from the members that were checked, so that torch reads nothing else."""
+    if directory_bytes(data) > MAX_DIRECTORY_BYTES:  # before zipfile makes an object of each member
+        raise CheckpointError(
+            f"{path} lists more members than a checkpoint holds (a directory of over {MAX_DIRECTORY_BYTES:,} bytes)."
+        )
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             members = archive.infolist()

@@ -104,6 +104,11 @@ def count_weights(build, what: str | None = None) -> int:
         with torch.device("meta"):
             model = build()
     except (TypeError, ValueError, RuntimeError, OverflowError) as error:
+        if isinstance(error, OverflowError) or "Overflow when unpacking" in str(error):  # PyTorch's own words
+            raise ModelTooLargeError(
+                f"{what or 'the configuration'} gives a size past what PyTorch can count (a model may hold "
+                f"{MAX_PARAMETERS:,} weights): choose smaller sizes."
+            ) from None
         raise ValueError(f"{what}: {one_line(error)}" if what else one_line(error)) from None
     n = sum(t.numel() for t in model.parameters()) + sum(t.numel() for t in model.buffers())
     if n > MAX_PARAMETERS:
