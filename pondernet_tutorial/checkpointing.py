@@ -70,24 +70,79 @@ CHECKPOINT_GLOBALS = frozenset(
 MAX_DIRECTORY_BYTES = 2 * 2**20
 
 
-def directory_bytes(data: bytes) -> int:
-    """The size of the central directory that a zip archive's end record declares (0 where there is no
-    end record: zipfile then refuses the archive); zipfile reads every entry of it into an object."""
-    at = data.rfind(b"PK\x05\x06", max(0, len(data) - 22 - 0xFFFF))
-    if at < 0 or len(data) < at + 22:
-        return 0
+def directory_bytes(data: bytes) -> int | None:
+    """The size of the central directory that a zip archive's end records declare, read where zipfile
+    reads them (zipfile makes an object of every entry of it), or ``None`` for an archive whose end
+    record is not its last 22 bytes (a comment, which torch.save never writes) or whose zip64 locator
+    leads to no record."""
+    at = len(data) - 22  # torch.save writes no comment: its end record is the file's last 22 bytes
+    if at < 0 or data[at : at + 4] != b"PK\x05\x06":
+        return None
     (size,) = struct.unpack_from("<I", data, at + 12)
-    zip64 = data.rfind(b"PK\x06\x06", 0, at)  # torch.save's writer ends with a zip64 record
-    if zip64 >= 0 and len(data) >= zip64 + 56:
-        size = max(size if size != 0xFFFFFFFF else 0, struct.unpack_from("<Q", data, zip64 + 40)[0])
+    locator = (
+        at - 20
+    )  # a zip64 locator just before it, and its record just before that, as zipfile reads them
+    if locator >= 56 and data[locator : locator + 4] == b"PK\x06\x07":
+        if data[locator - 56 : locator - 52] != b"PK\x06\x06":
+            return None
+        size = max(size, struct.unpack_from("<Q", data, locator - 56 + 40)[0])
     return size
+
+
+# what unpickling may build before check_loaded sees it: torch's reader hashes every dictionary key as
+# it sets it, and Python hashes a tuple by visiting all of it, shared parts again each time, in C
+# (a key of one pair shared 60 levels deep: 2^60 visits from 1 kB; a key nested a million deep:
+# the process crashes). A checkpoint of 10,000 tensors with Adam's state builds about 10^6 values.
+MAX_PICKLE_VALUES = 10_000_000
+MAX_PICKLE_DEPTH = 100
+_MARK = object()
+
+
+def pickle_shape(pickle: bytes) -> tuple[int, int]:
+    """The deepest nesting and the number of values of what unpickling ``pickle`` builds, a part
+    reached twice counted twice (as a walk or a hash of it visits it), read from its opcodes alone: a
+    stack of ``(depth, values)`` in place of the objects, the memo holding the same."""
+    stack, memo, deepest, most = [], {}, 0, 0
+    for op, arg, _ in pickletools.genops(pickle):
+        name = op.name
+        if name == "MARK":
+            stack.append(_MARK)
+        elif name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
+            memo[len(memo) if name == "MEMOIZE" else arg] = stack[-1]
+        elif name in ("GET", "BINGET", "LONG_BINGET"):
+            stack.append(memo[arg])
+        elif name == "DUP":
+            stack.append(stack[-1])
+        elif name == "POP_MARK":
+            while stack.pop() is not _MARK:
+                pass
+        elif name == "STOP":
+            break
+        else:
+            before, children = op.stack_before, []
+            if pickletools.markobject in before:  # the items above the mark, the mark, then the rest
+                while (item := stack.pop()) is not _MARK:
+                    children.append(item)
+                before = before[: before.index(pickletools.markobject)]
+            children += [stack.pop() for _ in before]
+            if op.stack_after:
+                depth = 1 + max((c[0] for c in children), default=0)
+                values = min(MAX_PICKLE_VALUES + 1, 1 + sum(c[1] for c in children))
+                stack.append((depth, values))
+                deepest, most = max(deepest, depth), max(most, values)
+    return deepest, most
 
 
 def checked_archive(data: bytes, path, max_bytes: int) -> io.BytesIO:
     """The archive that ``torch.load`` may read: ``data`` as torch.save writes it (a zip archive of
     stored members, at most ``max_bytes`` in all, one ``data.pkl`` naming only :data:`CHECKPOINT_GLOBALS`),
     written again from the members that were checked, so that torch reads nothing else."""
-    if directory_bytes(data) > MAX_DIRECTORY_BYTES:  # before zipfile makes an object of each member
+    directory = directory_bytes(data)  # before zipfile makes an object of each member
+    if directory is None:
+        raise CheckpointError(
+            f"{path} is not an archive that torch.save writes (its end record is not its last)."
+        )
+    if directory > MAX_DIRECTORY_BYTES:
         raise CheckpointError(
             f"{path} lists more members than a checkpoint holds (a directory of over {MAX_DIRECTORY_BYTES:,} bytes)."
         )
@@ -120,6 +175,12 @@ def checked_archive(data: bytes, path, max_bytes: int) -> io.BytesIO:
         raise CheckpointError(f"{path} is not a pickle that torch.save writes ({error}).") from None
     if unknown := sorted(name for name in named - CHECKPOINT_GLOBALS):
         raise CheckpointError(f"{path} names {printable(unknown[0])}, which no checkpoint of a model holds.")
+    depth, values = pickle_shape(pickle)
+    if depth > MAX_PICKLE_DEPTH or values > MAX_PICKLE_VALUES:
+        raise CheckpointError(
+            f"{path} builds a structure of more than {MAX_PICKLE_VALUES:,} values or {MAX_PICKLE_DEPTH} "
+            "levels (a part shared over and over, or nested without end): no checkpoint does."
+        )
     rewritten = io.BytesIO()
     with zipfile.ZipFile(rewritten, "w", zipfile.ZIP_STORED) as archive:
         for name, content in contents.items():

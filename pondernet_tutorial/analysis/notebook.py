@@ -106,6 +106,7 @@ def study_tables(*studies: str, train_from_scratch: bool = False) -> dict:
     """
     from ..runs.config import PRETRAINED_DIR
     from ..runs.studies import load_study, reproduce
+    from ..untrusted import TableBudget
 
     if quick_mode():
         root = QUICK_DIR
@@ -117,7 +118,8 @@ def study_tables(*studies: str, train_from_scratch: bool = False) -> dict:
         reproduce(studies, root, accelerator=pick_accelerator())
     else:
         root = PRETRAINED_DIR
-    tables = {study: load_study(study, root) for study in studies}
+    budget = TableBudget()  # the studies' tables together, bounded as each one is
+    tables = {study: load_study(study, root, budget) for study in studies}
     tables["root"] = root
     return tables
 

@@ -175,7 +175,8 @@ SITTING_FILE = re.compile(r"metrics\.csv|hparams\.yaml|\.metrics\.csv\.\d+-[0-9a
 # tensorboard's event file (events.out.tfevents.<time>.<host>.<pid>.<n>[.v2]) and hparams.yaml
 LOGS_FILE = re.compile(r"events\.out\.tfevents\.\d+\..+\.\d+\.\d+(\.v2)?|hparams\.yaml")
 # what wandb writes in logs/wandb: a run's folder (all of it is wandb's), latest-run, its debug logs
-WANDB_ENTRY = re.compile(r"(offline-)?run-\d{8}_\d{6}-.+|latest-run|debug(-[a-z]+)?\.log")
+# (debug.log, debug-internal.log; `wandb sync` run there adds debug-cli.<user>.log)
+WANDB_ENTRY = re.compile(r"(offline-)?run-\d{8}_\d{6}-.+|latest-run|debug(-[a-z]+)?(\.[^/]+)?\.log")
 
 
 class KeptRunError(PicklableError, CheckpointError):

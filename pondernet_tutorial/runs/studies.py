@@ -593,9 +593,12 @@ def prune_for_shipping(studies, root: Path, plan: dict[str, list[TrainConfig]] |
                 remove_inside(run_dir / WEIGHTS, root, missing_ok=True)
 
 
-def load_study(name: str, root: str | Path | None = None) -> dict[str, pd.DataFrame]:
+def load_study(
+    name: str, root: str | Path | None = None, budget: TableBudget | None = None
+) -> dict[str, pd.DataFrame]:
     """A study's tables (``runs``, ``summary``, ``per_step``, ``per_class``; ``per_angle`` for MNIST;
-    ``halting`` for the tasks with a difficulty) and its ``study.json``."""
+    ``halting`` for the tasks with a difficulty) and its ``study.json``; the tables together take at
+    most ``budget`` (default: a :class:`~pondernet_tutorial.untrusted.TableBudget` of their own)."""
 
     folder = Path(root or PRETRAINED_DIR) / "studies" / name
     if not folder.is_dir():
@@ -610,8 +613,9 @@ def load_study(name: str, root: str | Path | None = None) -> dict[str, pd.DataFr
             f"the tables of study {name!r} in {folder.parent} are incomplete (no readable study.json): run "
             f"`{command_name()} reproduce --study {name}` again."
         )
+    budget = budget or TableBudget()
     tables = {
-        t: read_table(folder / f"{t}.csv", follow_links=False)
+        t: read_table(folder / f"{t}.csv", follow_links=False, budget=budget)
         for t in names
         if os.path.lexists(folder / f"{t}.csv")
     }

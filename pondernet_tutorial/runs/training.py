@@ -31,7 +31,7 @@ from lightning.pytorch.callbacks import Callback
 from ..checkpointing import FolderCheckpoint, checkpoint_bound
 from ..fast_path import GraphedPonderLitModule
 from ..fitting import early_stopping, fit, mode
-from ..untrusted import says_nothing_of_files
+from ..untrusted import read_json, says_nothing_of_files
 from .build import (
     check_fits_data,
     check_logger_available,
@@ -50,6 +50,7 @@ from .files import (
     check_unlocked,
     folder_lock,
     is_write_refusal,
+    plain,
     remove_inside,
     remove_stale_temps,
     write_csv,
@@ -268,8 +269,17 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool, ship: bool) -> tupl
                         check_only_run_files(run_dir)  # a file of the user's is never removed unasked
                     remove_inside(run_dir, config.output_dir)
                 check_inside(run_dir, config.output_dir)  # what the lock's wait may have let change
-                # the folder made with it, never through a link (files.atomic_file)
-                write_json(run_dir / RESUME_FILE, {"identity": identity}, config.output_dir)
+                # the folder made with it, never through a link (files.atomic_file); a run whose loop had
+                # ended keeps saying so, whatever stops this sitting
+                ended = resume and read_json(run_dir / RESUME_FILE, follow_links=False) == {
+                    "identity": plain(identity),
+                    TRAINED: True,
+                }
+                write_json(
+                    run_dir / RESUME_FILE,
+                    {"identity": identity, **({TRAINED: True} if ended else {})},
+                    config.output_dir,
+                )
                 if resume:  # an earlier sitting's metrics.csv is never written again: a kill's temp goes
                     for sitting in sorted((run_dir / "logs").glob("version_*")):
                         remove_stale_temps(sitting, config.output_dir)

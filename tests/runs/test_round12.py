@@ -4,9 +4,11 @@ docstring."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import signal
 import sys
+import zipfile
 
 import pytest
 import torch
@@ -230,6 +232,7 @@ def test_a_users_file_among_the_loggers_files_is_kept(tmp_path):
         "logs/wandb/offline-run-20261129_193624-thq0hdkt/run-thq0hdkt.wandb",
         "logs/wandb/debug.log",
         "logs/wandb/debug-internal.log",
+        "logs/wandb/debug-cli.root.log",  # `wandb sync` run in logs/ (the re-check)
         "history.csv",
     ):
         (run / path).parent.mkdir(parents=True, exist_ok=True)
@@ -342,6 +345,17 @@ def test_the_tables_of_many_runs_are_bounded_together_as_each_one_is(tmp_path, m
     monkeypatch.setattr(untrusted, "MAX_TABLES_BYTES", 2_500_000)  # two tables' text, not three
     with pytest.raises(untrusted.DamagedFileError, match="hold more than 2,500,000 bytes together"):
         load_table(tmp_path, runs, "per_sample.csv.gz")
+    # a study's tables too (the re-check: load_study had no budget): three tables of one file's text
+    from pondernet_tutorial.runs.studies import load_study
+
+    study = tmp_path / "studies" / "bomb"
+    study.mkdir(parents=True)
+    (study / "study.json").write_text("{}")
+    (study / "runs.csv").write_text(text)
+    for name in ("summary", "per_step"):
+        os.link(study / "runs.csv", study / f"{name}.csv")
+    with pytest.raises(untrusted.DamagedFileError, match="hold more than 2,500,000 bytes together"):
+        load_study("bomb", tmp_path)
 
 
 def test_a_checkpoint_of_many_members_and_a_size_past_pytorch_are_refused_in_plain_words(tmp_path, capsys):
@@ -366,6 +380,10 @@ def test_a_checkpoint_of_many_members_and_a_size_past_pytorch_are_refused_in_pla
     real = tmp_path / "real.ckpt"  # a checkpoint of 1,000 tensors: well within
     torch.save({"state_dict": {f"w{i}": torch.zeros(2) for i in range(1_000)}, "epoch": 0}, real)
     assert len(read_checkpoint_file(real, 2**26)["state_dict"]) == 1_000
+    with zipfile.ZipFile(real, "a") as archive:  # a comment moves the end record from where zipfile
+        archive.comment = b"PK\x06\x06" + b"\0" * 60  # reads it (the re-check: a zip64 record that lied)
+    with pytest.raises(CheckpointError, match="its end record is not its last"):
+        read_checkpoint_file(real, 2**26)
     argv = [
         "train",
         "--experiment",
@@ -377,3 +395,69 @@ def test_a_checkpoint_of_many_members_and_a_size_past_pytorch_are_refused_in_pla
     assert cli.main([*argv, "--step-option", "hidden_size=" + "9" * 30]) == 2
     err = capsys.readouterr().err
     assert "past what PyTorch can count" in err and "frame #" not in err
+
+
+def test_a_key_shared_over_and_over_or_nested_without_end_is_refused_before_torch_builds_it(tmp_path):
+    """The re-check of round 12: the walk of a loaded checkpoint sees its values, but torch's reader
+    hashes every dictionary key as it sets it, and Python hashes a tuple by visiting all of it in C: a
+    key of one pair shared 60 levels deep (2^60 visits, from 1 kB) never returned, and a key nested a
+    million deep crashed the process. The pickle's shape is read from its opcodes first now. Break:
+    drop the pickle_shape check from checked_archive (the read then runs past the child's time)."""
+    import subprocess
+    import sys
+
+    from pondernet_tutorial.checkpointing import pickle_shape
+
+    shared = b")q\x01" + b"h\x01h\x01\x86q\x01" * 60  # (), then (t, t) sixty times over
+    deep = b"K\x00" + b"\x85" * 200  # (((...(0,)...),),) 200 levels
+    for name, key in (("shared", shared), ("deep", deep)):
+        pickle = b"\x80\x02}q\x00" + key + b"K\x01s."  # {key: 1}
+        depth, values = pickle_shape(pickle)
+        assert depth > 100 or values > 10_000_000, name
+        buffer = io.BytesIO()  # a torch.save archive with this pickle as its data.pkl
+        torch.save({"epoch": 0}, buffer)
+        with (
+            zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as real,
+            zipfile.ZipFile(tmp_path / f"{name}.ckpt", "w") as crafted,
+        ):
+            for member in real.infolist():
+                crafted.writestr(
+                    member, pickle if member.filename.endswith("data.pkl") else real.read(member)
+                )
+        code = (
+            "from pondernet_tutorial.checkpointing import CheckpointError, read_checkpoint_file\n"
+            f"try:\n    read_checkpoint_file({str(tmp_path / f'{name}.ckpt')!r}, 2**26)\n"
+            "except CheckpointError as error:\n    print('refused:', error)\n"
+        )
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        assert "refused:" in result.stdout and "no checkpoint does" in result.stdout, (
+            name,
+            result.stderr[-300:],
+        )
+    depth, values = pickle_shape(b"\x80\x02}q\x00" + b"X\x01\x00\x00\x00aK\x01s.")  # {"a": 1}
+    assert depth == 2 and values < 10
+
+
+def test_a_run_whose_loop_had_ended_says_so_through_every_later_sitting(tmp_path):
+    """The re-check of round 12: a continuation of a run killed in its final save wrote resume.json
+    again without its "trained" mark, so a second kill (or Ctrl-C) in that sitting left an MNIST run
+    that the next train() trained again from epoch 0. Break: write resume.json's identity alone in
+    _train, as before."""
+    import os
+    import signal
+
+    from test_faults import in_child, tiny
+
+    from pondernet_tutorial.runs import training
+    from pondernet_tutorial.runs.training import train
+
+    config = tiny(tmp_path, experiment="mnist-interpolation")
+    assert in_child(train, config, fault=("kill", "history.csv")) == -signal.SIGXFSZ  # in the final save
+
+    def killed_as_it_continues(config):  # the continuation killed as fit() starts again
+        training.fit = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+        train(config)
+
+    assert in_child(killed_as_it_continues, config) == -signal.SIGKILL
+    _, metadata = train(config)
+    assert metadata["resumed"] and metadata["epochs_run"] == config.epochs
