@@ -273,8 +273,9 @@ class CheckedCheckpointIO(TorchCheckpointIO):
     (saves are Lightning's own; the run machinery's subclass writes them whole beside their file), and,
     given the ``module`` it restores, checked to fit it (:func:`check_fits`).
 
-    A removal takes only a checkpoint file that this input and output has saved, or a link to one
-    (:meth:`remove_checkpoint`): a ``ModelCheckpoint`` of the caller's own restores the paths in a
+    A removal takes only a checkpoint file that this input and output has saved, or a link to one, or a
+    file that one of its ``callbacks`` (the ModelCheckpoints of the fit) names, in that callback's folder
+    (:meth:`remove_checkpoint`, :func:`is_callbacks_own`): a ``ModelCheckpoint`` of the caller's own restores the paths in a
     checkpoint as they were recorded, and Lightning would remove one of them, recursively, when a
     better epoch comes (anywhere at all for a path with a protocol, ``local://`` or ``s3://``; a file
     of the user's beside the callback's own for any other).
@@ -282,7 +283,8 @@ class CheckedCheckpointIO(TorchCheckpointIO):
 
     def __init__(self, max_bytes: int, module: torch.nn.Module | None = None):
         self.max_bytes, self.module = max_bytes, module
-        self.saved: set[str] = set()  # the checkpoints saved (saved_path): the only files it removes
+        self.saved: set[str] = set()  # the checkpoints saved (saved_path): the files it removes
+        self.callbacks = []  # and the ModelCheckpoints whose own files (in their folder, by their names) it removes
 
     def load_checkpoint(self, path, map_location=None, weights_only=True) -> dict:
         checkpoint = read_checkpoint_file(path, self.max_bytes)
@@ -296,8 +298,9 @@ class CheckedCheckpointIO(TorchCheckpointIO):
 
     def has_saved(self, path: str) -> bool:
         """Whether ``path`` is a checkpoint file saved by this input and output, or a link to one
-        (Lightning's ``save_last="link"`` makes it beside the file, by a relative name)."""
-        if saved_path(path) in self.saved:
+        (Lightning's ``save_last="link"`` makes it beside the file, by a relative name), or a file of one
+        of its callbacks' own naming in that callback's folder (a resumed top-k)."""
+        if saved_path(path) in self.saved or any(is_callbacks_own(c, path) for c in self.callbacks):
             return True
         if "://" not in path and os.path.islink(path):
             return saved_path(os.path.join(os.path.dirname(path), os.readlink(path))) in self.saved
@@ -332,6 +335,28 @@ class CheckedCheckpointIO(TorchCheckpointIO):
             "checkpoint file that this training saved.",
             stacklevel=2,
         )
+
+
+def is_callbacks_own(callback, path: str) -> bool:
+    """Whether ``path`` is a file that the ``ModelCheckpoint`` ``callback`` names: directly in its folder,
+    named by its ``filename`` template or its last checkpoint's (each field any text, with Lightning's
+    ``-v<n>`` of a name taken). A resumed fit's callback removes its top-k files of the earlier fit so;
+    a crafted checkpoint can make it remove no other file (a user's model beside them)."""
+    if "://" in path or not getattr(callback, "dirpath", None):
+        return False
+    if os.path.dirname(os.path.abspath(path)) != os.path.abspath(callback.dirpath):
+        return False
+    name = os.path.basename(path)
+    for template in (callback.filename or "{epoch}-{step}", callback.CHECKPOINT_NAME_LAST):
+        pattern = "".join(
+            (re.escape(part[1:-1].split(":")[0]) + "=" if callback.auto_insert_metric_name else "") + ".*"
+            if part.startswith("{") and part.endswith("}")
+            else re.escape(part)
+            for part in re.split(r"(\{[^{}]*\})", template)
+        )
+        if re.fullmatch(rf"{pattern}(-v\d+)?{re.escape(callback.FILE_EXTENSION)}", name):
+            return True
+    return False
 
 
 def saved_path(path) -> str:

@@ -461,3 +461,43 @@ def test_a_run_whose_loop_had_ended_says_so_through_every_later_sitting(tmp_path
     assert in_child(killed_as_it_continues, config) == -signal.SIGKILL
     _, metadata = train(config)
     assert metadata["resumed"] and metadata["epochs_run"] == config.epochs
+
+
+def test_a_resumed_top_k_callback_still_keeps_its_top_k(tmp_path):
+    """The re-check of round 12: once only files saved in this fit were removed, a user's
+    ModelCheckpoint(save_top_k=2) resumed with ckpt_path="last" kept its earlier fit's files beside the
+    new ones (four "top 2"), with a warning each. A callback's own files, in its folder by its names,
+    are removed again; a file of another name stays (the test above). Break: drop the callbacks from
+    the checkpoint input and output that fit() builds."""
+    import warnings
+
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from tiny_parity import QUIET, module, parity
+    from torch.utils.data import TensorDataset
+
+    from pondernet_tutorial import fit
+
+    def callback():
+        return ModelCheckpoint(
+            dirpath=tmp_path / "ck",
+            filename="{epoch}",
+            monitor="epoch",
+            mode="max",
+            save_top_k=2,
+            save_last=True,
+        )
+
+    data = L.LightningDataModule.from_datasets(
+        TensorDataset(*parity(64, 0)), TensorDataset(*parity(32, 1)), batch_size=32
+    )
+    fit(module(), data, 3, callbacks=callback(), default_root_dir=tmp_path, **QUIET)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.filterwarnings("ignore", message="(?!left )")  # no "left ... where it is"
+        fit(module(), data, 5, callbacks=callback(), ckpt_path="last", default_root_dir=tmp_path, **QUIET)
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == [
+        "epoch=3.ckpt",
+        "epoch=4.ckpt",
+        "last.ckpt",
+    ]
