@@ -53,6 +53,29 @@ def parity(n, seed):
     return x, (x == 1).sum(-1).remainder(2)
 
 
+def datamodule(train=None, val=None, batch_size=32):
+    """A Lightning data module of given ``(x, y)`` pairs for training and validation (by default 64
+    parity vectors of seed 0, for both)."""
+    train = train if train is not None else parity(64, 0)
+    val = val if val is not None else train
+    return L.LightningDataModule.from_datasets(
+        TensorDataset(*train), TensorDataset(*val), batch_size=batch_size
+    )
+
+
+def fit_with_callback(folder, epochs: int, root, **options):
+    """fit() of a tiny module on :func:`datamodule`, with a ``ModelCheckpoint`` of the caller's own
+    saving into ``folder`` (``options``: fit's, such as ``ckpt_path``)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from pondernet_tutorial import fit
+
+    callback = ModelCheckpoint(dirpath=folder)
+    return fit(
+        module(), datamodule(), epochs, callbacks=[callback], default_root_dir=root, **QUIET, **options
+    )
+
+
 def loader(n=64, batch_size=32, seed=0):
     return DataLoader(TensorDataset(*parity(n, seed)), batch_size=batch_size)
 

@@ -43,28 +43,14 @@ def test_a_crafted_checkpoint_cannot_make_a_callback_of_the_users_remove_outside
     the next epoch came. Now the checkpoint input and output removes only a regular file named without
     ``..``, and Lightning's own removals still happen. Break: ``remove_checkpoint`` of
     CheckedCheckpointIO deleted (Lightning's ``fs.rm(path, recursive=True)`` comes back)."""
-    import lightning as L
     import torch
-    from lightning.pytorch.callbacks import ModelCheckpoint
-    from tiny_parity import QUIET, module, parity
-    from torch.utils.data import TensorDataset
-
-    from pondernet_tutorial import fit
+    from tiny_parity import fit_with_callback
 
     (tmp_path / "victim").mkdir()
     (tmp_path / "victim" / "thesis.tex").write_text("three years of work\n")
     (tmp_path / "victim.txt").write_text("notes\n")
-    data = TensorDataset(*parity(64, 0))
-    datamodule = L.LightningDataModule.from_datasets(data, data, batch_size=32)
     folder = tmp_path / "ck"
-    fit(
-        module(),
-        datamodule,
-        1,
-        callbacks=[ModelCheckpoint(dirpath=folder)],
-        default_root_dir=tmp_path,
-        **QUIET,
-    )
+    fit_with_callback(folder, 1, tmp_path)
     checkpoint = torch.load(next(folder.glob("epoch=*.ckpt")), weights_only=True)
     for target, name in (("victim", "best_model_path"), ("victim.txt", "kth_best_model_path")):
         for key, state in checkpoint["callbacks"].items():
@@ -73,15 +59,7 @@ def test_a_crafted_checkpoint_cannot_make_a_callback_of_the_users_remove_outside
     torch.save(checkpoint, tmp_path / "crafted.ckpt")
 
     with pytest.warns(UserWarning, match="left '.*/ck/../victim' where it is"):
-        fit(
-            module(),
-            datamodule,
-            3,
-            callbacks=[ModelCheckpoint(dirpath=folder)],
-            ckpt_path=tmp_path / "crafted.ckpt",
-            default_root_dir=tmp_path,
-            **QUIET,
-        )
+        fit_with_callback(folder, 3, tmp_path, ckpt_path=tmp_path / "crafted.ckpt")
     assert (tmp_path / "victim" / "thesis.tex").read_text() == "three years of work\n"
     assert (tmp_path / "victim.txt").read_text() == "notes\n"
     # epoch 1's file was removed when epoch 2 came; epoch 0's stays, its record replaced by the victim's
@@ -294,15 +272,11 @@ def test_a_callbacks_own_removals_still_happen_remotely_and_for_last_links(tmp_p
     import warnings
 
     import fsspec
-    import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
-    from tiny_parity import QUIET, module, parity
-    from torch.utils.data import TensorDataset
+    from tiny_parity import QUIET, datamodule, module
 
     from pondernet_tutorial import fit
 
-    data = TensorDataset(*parity(64, 0))
-    datamodule = L.LightningDataModule.from_datasets(data, data, batch_size=32)
     remote = f"memory://ck-{uuid.uuid4().hex}"
     top = ModelCheckpoint(dirpath=remote, filename="{epoch}", monitor="epoch", mode="max", save_top_k=1)
 
@@ -315,7 +289,7 @@ def test_a_callbacks_own_removals_still_happen_remotely_and_for_last_links(tmp_p
         warnings.filterwarnings("ignore", message="(?!left )")
         fit(
             module(),
-            datamodule,
+            datamodule(),
             3,
             select_by="epoch",
             callbacks=[top, links],

@@ -69,24 +69,10 @@ def test_a_crafted_checkpoint_cannot_remove_a_users_file_beside_the_callbacks_ow
     ModelCheckpoint, a file of the user's in that callback's folder (an earlier model) had it removed
     as soon as the callback saved its first file there. Now only files saved in this fit (or links to
     them) are removed. Break: accept any .ckpt whose folder was saved into (round 11's rule)."""
-    import lightning as L
-    from lightning.pytorch.callbacks import ModelCheckpoint
-    from tiny_parity import QUIET, module, parity
-    from torch.utils.data import TensorDataset
+    from tiny_parity import fit_with_callback
 
-    from pondernet_tutorial import fit
-
-    data = TensorDataset(*parity(64, 0))
-    datamodule = L.LightningDataModule.from_datasets(data, data, batch_size=32)
     folder = tmp_path / "ck"
-    fit(
-        module(),
-        datamodule,
-        1,
-        callbacks=[ModelCheckpoint(dirpath=folder)],
-        default_root_dir=tmp_path,
-        **QUIET,
-    )
+    fit_with_callback(folder, 1, tmp_path)
     keep = folder / "keep-me.ckpt"  # the user's earlier model, kept beside the callback's files
     next(folder.glob("epoch=*.ckpt")).rename(keep)
     checkpoint = torch.load(keep, weights_only=True)
@@ -95,15 +81,7 @@ def test_a_crafted_checkpoint_cannot_remove_a_users_file_beside_the_callbacks_ow
             state["best_model_path"] = state["kth_best_model_path"] = str(keep)
     torch.save(checkpoint, tmp_path / "crafted.ckpt")  # the only file an attacker hands over
     with pytest.warns(UserWarning, match="where it is"):
-        fit(
-            module(),
-            datamodule,
-            3,
-            callbacks=[ModelCheckpoint(dirpath=folder)],
-            ckpt_path=tmp_path / "crafted.ckpt",
-            default_root_dir=tmp_path,
-            **QUIET,
-        )
+        fit_with_callback(folder, 3, tmp_path, ckpt_path=tmp_path / "crafted.ckpt")
     assert keep.exists() and sorted(p.name for p in folder.iterdir()) == [
         "epoch=2-step=6.ckpt",
         "keep-me.ckpt",
@@ -257,26 +235,19 @@ def test_fit_names_a_bad_label_of_a_later_batch_and_refuses_last_through_a_link(
     every batch is checked now, in one line. And ckpt_path="last" was accepted with
     ModelCheckpoint(save_last="link"), whose last.ckpt is a link that is never followed: refused
     before training now. Break: check the first batch only in CheckBatches, or drop the "link" check."""
-    import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
-    from tiny_parity import QUIET, module, parity
-    from torch.utils.data import TensorDataset
+    from tiny_parity import QUIET, datamodule, module, parity
 
     from pondernet_tutorial import fit
 
     x, y = parity(64, 0)
     y = y.clone()
     y[40] = 7  # in the second batch of 32
-    datamodule = L.LightningDataModule.from_datasets(
-        TensorDataset(x, y), TensorDataset(*parity(64, 1)), batch_size=32
-    )
     with pytest.raises(
         ValueError, match=r"targets must be classes from 0 to 1 \(the step predicts 2\), got 7"
     ):
-        fit(module(), datamodule, 1, default_root_dir=tmp_path, **QUIET)
-    good = L.LightningDataModule.from_datasets(
-        TensorDataset(*parity(64, 0)), TensorDataset(*parity(64, 1)), batch_size=32
-    )
+        fit(module(), datamodule((x, y), parity(64, 1)), 1, default_root_dir=tmp_path, **QUIET)
+    good = datamodule(parity(64, 0), parity(64, 1))
     links = ModelCheckpoint(dirpath=tmp_path / "ck", save_last="link")
     with pytest.raises(ValueError, match='save_last="link" makes a symbolic link'):
         fit(module(), good, 1, callbacks=[links], ckpt_path="last", default_root_dir=tmp_path, **QUIET)
@@ -471,10 +442,8 @@ def test_a_resumed_top_k_callback_still_keeps_its_top_k(tmp_path):
     the checkpoint input and output that fit() builds."""
     import warnings
 
-    import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
-    from tiny_parity import QUIET, module, parity
-    from torch.utils.data import TensorDataset
+    from tiny_parity import QUIET, datamodule, module, parity
 
     from pondernet_tutorial import fit
 
@@ -488,9 +457,7 @@ def test_a_resumed_top_k_callback_still_keeps_its_top_k(tmp_path):
             save_last=True,
         )
 
-    data = L.LightningDataModule.from_datasets(
-        TensorDataset(*parity(64, 0)), TensorDataset(*parity(32, 1)), batch_size=32
-    )
+    data = datamodule(parity(64, 0), parity(32, 1))
     fit(module(), data, 3, callbacks=callback(), default_root_dir=tmp_path, **QUIET)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
