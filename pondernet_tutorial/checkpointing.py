@@ -175,7 +175,12 @@ def checked_archive(data: bytes, path, max_bytes: int) -> io.BytesIO:
         raise CheckpointError(f"{path} is not a pickle that torch.save writes ({error}).") from None
     if unknown := sorted(name for name in named - CHECKPOINT_GLOBALS):
         raise CheckpointError(f"{path} names {printable(unknown[0])}, which no checkpoint of a model holds.")
-    depth, values = pickle_shape(pickle)
+    try:
+        depth, values = pickle_shape(pickle)
+    except Exception as error:  # an opcode on a stack that does not hold its operands: torch fails too
+        raise CheckpointError(
+            f"{path} is not a pickle that torch.save writes ({type(error).__name__}: {shown(error)})."
+        ) from None
     if depth > MAX_PICKLE_DEPTH or values > MAX_PICKLE_VALUES:
         raise CheckpointError(
             f"{path} builds a structure of more than {MAX_PICKLE_VALUES:,} values or {MAX_PICKLE_DEPTH} "

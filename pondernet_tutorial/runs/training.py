@@ -198,7 +198,7 @@ def train(
 
     Everything is checked before the folder is made. A finished run (:func:`~.resume.completed_run`) is
     replaced only with ``overwrite``; an unfinished one of this configuration on a generated task
-    continues (:func:`resumable`). An unfinished run of another configuration, or one that cannot
+    continues (:func:`resumable`), as does one on any task that was killed in its final save. An unfinished run of another configuration, or one that cannot
     continue as it is (its logs or records damaged, an entry in its folder that no run writes), is kept and
     replaced only with ``overwrite``; any other (MNIST's, a damaged checkpoint) is trained again, in
     one line that says why. Another process training into the folder

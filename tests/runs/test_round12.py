@@ -379,13 +379,9 @@ def test_a_key_shared_over_and_over_or_nested_without_end_is_refused_before_torc
 
     from pondernet_tutorial.checkpointing import pickle_shape
 
-    shared = b")q\x01" + b"h\x01h\x01\x86q\x01" * 60  # (), then (t, t) sixty times over
-    deep = b"K\x00" + b"\x85" * 200  # (((...(0,)...),),) 200 levels
-    for name, key in (("shared", shared), ("deep", deep)):
-        pickle = b"\x80\x02}q\x00" + key + b"K\x01s."  # {key: 1}
-        depth, values = pickle_shape(pickle)
-        assert depth > 100 or values > 10_000_000, name
-        buffer = io.BytesIO()  # a torch.save archive with this pickle as its data.pkl
+    def archive(name: str, pickle: bytes):
+        """A torch.save archive with ``pickle`` as its data.pkl."""
+        buffer = io.BytesIO()
         torch.save({"epoch": 0}, buffer)
         with (
             zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as real,
@@ -395,6 +391,15 @@ def test_a_key_shared_over_and_over_or_nested_without_end_is_refused_before_torc
                 crafted.writestr(
                     member, pickle if member.filename.endswith("data.pkl") else real.read(member)
                 )
+        return tmp_path / f"{name}.ckpt"
+
+    shared = b")q\x01" + b"h\x01h\x01\x86q\x01" * 60  # (), then (t, t) sixty times over
+    deep = b"K\x00" + b"\x85" * 200  # (((...(0,)...),),) 200 levels
+    for name, key in (("shared", shared), ("deep", deep)):
+        pickle = b"\x80\x02}q\x00" + key + b"K\x01s."  # {key: 1}
+        depth, values = pickle_shape(pickle)
+        assert depth > 100 or values > 10_000_000, name
+        archive(name, pickle)
         code = (
             "from pondernet_tutorial.checkpointing import CheckpointError, read_checkpoint_file\n"
             f"try:\n    read_checkpoint_file({str(tmp_path / f'{name}.ckpt')!r}, 2**26)\n"
@@ -407,6 +412,8 @@ def test_a_key_shared_over_and_over_or_nested_without_end_is_refused_before_torc
         )
     depth, values = pickle_shape(b"\x80\x02}q\x00" + b"X\x01\x00\x00\x00aK\x01s.")  # {"a": 1}
     assert depth == 2 and values < 10
+    with pytest.raises(CheckpointError, match="not a pickle that torch.save writes"):  # a memo never put
+        read_checkpoint_file(archive("unput", b"\x80\x02h\x05."), 2**26)
 
 
 def test_a_run_whose_loop_had_ended_says_so_through_every_later_sitting(tmp_path):
