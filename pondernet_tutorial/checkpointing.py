@@ -286,10 +286,11 @@ class CheckedCheckpointIO(TorchCheckpointIO):
     of the user's beside the callback's own for any other).
     """
 
-    def __init__(self, max_bytes: int, module: torch.nn.Module | None = None):
+    def __init__(self, max_bytes: int, module: torch.nn.Module | None = None, callbacks=()):
         self.max_bytes, self.module = max_bytes, module
         self.saved: set[str] = set()  # the checkpoints saved (saved_path): the files it removes
-        self.callbacks = []  # and the ModelCheckpoints whose own files (in their folder, by their names) it removes
+        # and the fit's ModelCheckpoints, whose own files (in their folder, by their names) it removes
+        self.callbacks = [c for c in callbacks if isinstance(c, ModelCheckpoint)]
 
     def load_checkpoint(self, path, map_location=None, weights_only=True) -> dict:
         checkpoint = read_checkpoint_file(path, self.max_bytes)

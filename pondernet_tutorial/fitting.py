@@ -232,10 +232,7 @@ def fit(
     if (stopping := early_stopping(patience, stop_at_val_acc, max_epochs)) is not None:
         callbacks += [stopping, StayStopped()]
     extra = trainer_options.pop("plugins", None) or []
-    if checkpoint_io is None:  # the callbacks' own files it may remove, in their folders, by their names
-        checkpoint_io = CheckedCheckpointIO(checkpoint_bound(module), module)
-        checkpoint_io.callbacks = [c for c in callbacks if isinstance(c, ModelCheckpoint)]
-    plugins = [checkpoint_io]
+    plugins = [checkpoint_io or CheckedCheckpointIO(checkpoint_bound(module), module, callbacks)]
     plugins += extra if isinstance(extra, (list, tuple)) else [extra]
     trainer = L.Trainer(max_epochs=max_epochs, callbacks=callbacks, plugins=plugins, **trainer_options)
     if not module.training:  # as fit() leaves it, or load_pretrained: Lightning keeps the modes it finds
