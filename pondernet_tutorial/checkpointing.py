@@ -79,9 +79,8 @@ def directory_bytes(data: bytes) -> int | None:
     if at < 0 or data[at : at + 4] != b"PK\x05\x06":
         return None
     (size,) = struct.unpack_from("<I", data, at + 12)
-    locator = (
-        at - 20
-    )  # a zip64 locator just before it, and its record just before that, as zipfile reads them
+    # a zip64 locator just before it, and its record just before that, as zipfile reads them
+    locator = at - 20
     if locator >= 56 and data[locator : locator + 4] == b"PK\x06\x07":
         if data[locator - 56 : locator - 52] != b"PK\x06\x06":
             return None
@@ -320,18 +319,17 @@ class CheckedCheckpointIO(TorchCheckpointIO):
         path = os.fspath(path)
         if path.endswith(".ckpt") and ".." not in re.split(r"[/\\]", path):
             try:
-                if self.has_saved(path) and "://" in path:  # an fsspec file system: one file, never a tree
-                    from lightning.fabric.utilities.cloud_io import get_filesystem
+                if self.has_saved(path):
+                    if "://" in path:  # an fsspec file system: one file, never a tree
+                        from lightning.fabric.utilities.cloud_io import get_filesystem
 
-                    fs = get_filesystem(path)
-                    if fs.isfile(path):
-                        fs.rm(path)
-                    return
-                if self.has_saved(path) and (
-                    stat.S_ISREG(mode := os.lstat(path).st_mode) or stat.S_ISLNK(mode)
-                ):
-                    os.unlink(path)
-                    return
+                        fs = get_filesystem(path)
+                        if fs.isfile(path):
+                            fs.rm(path)
+                        return
+                    if stat.S_ISREG(mode := os.lstat(path).st_mode) or stat.S_ISLNK(mode):
+                        os.unlink(path)
+                        return
             except FileNotFoundError:
                 return
             except (OSError, ValueError):  # a name too long, a NUL byte, a file on the way

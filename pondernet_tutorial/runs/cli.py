@@ -322,9 +322,8 @@ def main(argv=None) -> int:
             # nothing was taken for a damaged file, so nothing was deleted
             where = error.filename or _destination(args)
             print(
-                f"error: could not use {shown(where, 300)} ({shown(error.strerror or error, 300)}): nothing was "
-                "deleted; run the "
-                "same command again once that is fixed.",
+                f"error: could not use {shown(where, 300)} ({shown(error.strerror or error, 300)}): nothing "
+                "was deleted; run the same command again once that is fixed.",
                 file=sys.stderr,
             )
             return 1

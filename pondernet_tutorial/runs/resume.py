@@ -159,6 +159,14 @@ def replay_plateau_step(checkpoint: dict, last: dict) -> None:
 # the identity of the run being trained in a folder, until its model file is written
 RESUME_FILE = "resume.json"
 TRAINED = "trained"  # resume.json's field: true once the training loop has ended, before the final save
+
+
+def loop_ended(recorded) -> bool:
+    """Whether a run's ``resume.json`` (``recorded``, as read) says that its training loop had ended: a
+    run killed in its final save, which draws no batch when it continues."""
+    return isinstance(recorded, dict) and recorded.get(TRAINED) is True
+
+
 # what an unfinished run's folder holds: Lightning's checkpoints (checked one by one) and logs, its
 # resume.json, the temporary files of whole writes, and the history and metadata of a run killed in its
 # final save (both written again whole when it ends; nothing is read from them)
@@ -522,7 +530,7 @@ def resumable(run_dir: Path, identity: dict, datamodule, overwrite: bool = False
         check_same_identity(saved, identity, f"the unfinished run in {run_dir}")
     # a run killed in its final save (resume.json says "trained": the loop had ended) draws no batch
     # when it continues: it continues, data module or not, and loses no epoch
-    if stateless and not (isinstance(recorded, dict) and recorded.get(TRAINED) is True):
+    if stateless and not loop_ended(recorded):
         if trained:
             cannot_continue(run_dir, "its data module keeps no state of its batches, as MNIST's")
         return False

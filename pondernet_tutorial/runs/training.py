@@ -50,7 +50,6 @@ from .files import (
     check_unlocked,
     folder_lock,
     is_write_refusal,
-    plain,
     remove_inside,
     remove_stale_temps,
     write_csv,
@@ -71,6 +70,7 @@ from .resume import (
     completed_run,
     kept_unfinished,
     last_checkpoint,
+    loop_ended,
     read_history,
     resumable,
 )
@@ -198,9 +198,9 @@ def train(
 
     Everything is checked before the folder is made. A finished run (:func:`~.resume.completed_run`) is
     replaced only with ``overwrite``; an unfinished one of this configuration on a generated task
-    continues (:func:`resumable`), as does one on any task that was killed in its final save. An unfinished run of another configuration, or one that cannot
-    continue as it is (its logs or records damaged, an entry in its folder that no run writes), is kept and
-    replaced only with ``overwrite``; any other (MNIST's, a damaged checkpoint) is trained again, in
+    continues (:func:`resumable`), as does one on any task that was killed in its final save. An
+    unfinished run of another configuration, or one that cannot continue as it is (its logs or records
+    damaged, an entry in its folder that no run writes), is kept and replaced only with ``overwrite``; any other (MNIST's, a damaged checkpoint) is trained again, in
     one line that says why. Another process training into the folder
     raises :class:`~.files.FolderLockedError`, or with ``wait`` is waited for. In a multi-process (DDP)
     run only rank 0 writes; the other ranks return ``(module, None)``.
@@ -271,10 +271,7 @@ def _train(config: TrainConfig, overwrite: bool, wait: bool, ship: bool) -> tupl
                 check_inside(run_dir, config.output_dir)  # what the lock's wait may have let change
                 # the folder made with it, never through a link (files.atomic_file); a run whose loop had
                 # ended keeps saying so, whatever stops this sitting
-                ended = resume and read_json(run_dir / RESUME_FILE, follow_links=False) == {
-                    "identity": plain(identity),
-                    TRAINED: True,
-                }
+                ended = resume and loop_ended(read_json(run_dir / RESUME_FILE, follow_links=False))
                 write_json(
                     run_dir / RESUME_FILE,
                     {"identity": identity, **({TRAINED: True} if ended else {})},
