@@ -77,6 +77,7 @@ def kernel_profile(module, experiment: str, device: str, steps: int, warmup: int
     take the longest (``[name, ms per step, calls per step]``)."""
     import lightning as L
     import torch
+    from throughput import training_trainer  # (this script's folder is on the path)
     from torch.autograd import DeviceType
 
     from pondernet_tutorial.runs.config import TrainConfig
@@ -99,19 +100,7 @@ def kernel_profile(module, experiment: str, device: str, steps: int, warmup: int
     activity = torch.profiler.ProfilerActivity
     activities = [activity.CPU, activity.CUDA] if device == "cuda" else [activity.CPU]
     window = Window()
-    trainer = L.Trainer(
-        max_epochs=1,
-        limit_train_batches=warmup + steps,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        accelerator="gpu" if device == "cuda" else "cpu",
-        devices=1,
-        callbacks=[window],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = training_trainer(warmup + steps, device, [window], logger=False)
     trainer.fit(module, datamodule=make_datamodule(TrainConfig(experiment=experiment, compile=True)))
     ms, calls = Counter(), Counter()
     for event in window.profile.events():

@@ -182,6 +182,24 @@ class BatchClock(Callback):
         self.marks["end"] = self.now(pl_module.device)
 
 
+def training_trainer(batches: int, device: str, callbacks, **options) -> L.Trainer:
+    """A Trainer of one epoch of ``batches`` training batches on ``device`` (``"cuda"`` or the CPU), with
+    no validation, checkpoint, progress bar or summary; ``options``: any other of its arguments."""
+    return L.Trainer(
+        max_epochs=1,
+        limit_train_batches=batches,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        accelerator="gpu" if device == "cuda" else "cpu",
+        devices=1,
+        callbacks=callbacks,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **options,
+    )
+
+
 def time_fit(
     module, train_loader=None, datamodule=None, warmup=5, timed=60, batch_size=128, device="cpu", clip=None
 ) -> dict:
@@ -189,19 +207,8 @@ def time_fit(
     gradient clipping; the package's module clips by itself)."""
     clock = BatchClock(warmup)
     with tempfile.TemporaryDirectory() as logs:
-        trainer = L.Trainer(
-            max_epochs=1,
-            limit_train_batches=warmup + timed,
-            limit_val_batches=0,
-            num_sanity_val_steps=0,
-            accelerator="gpu" if device == "cuda" else "cpu",
-            devices=1,
-            gradient_clip_val=clip,
-            callbacks=[clock],
-            logger=CSVLogger(logs),
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
+        trainer = training_trainer(
+            warmup + timed, device, [clock], gradient_clip_val=clip, logger=CSVLogger(logs)
         )
         trainer.fit(module, train_dataloaders=train_loader, datamodule=datamodule)
     steady = clock.marks["end"] - clock.marks[warmup]
