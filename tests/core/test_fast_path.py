@@ -19,7 +19,9 @@ Deliberate breaks these tests catch (each was tried):
   test_a_checkpoint_resumes_on_the_other_path[fast-plain]; ``on_load_checkpoint`` not carrying the
   automatic count: test_a_checkpoint_resumes_on_the_other_path[plain-fast];
 - the capture putting Adam's initial rate in place of the rate it finds (a resumed run's cut lost):
-  test_the_capture_keeps_the_learning_rate_it_finds.
+  test_the_capture_keeps_the_learning_rate_it_finds;
+- a compiled module leaving torch.compile's workers running, or not giving their number back:
+  test_a_compiled_step_stops_the_compile_workers_after_its_first_step.
 """
 
 import importlib
@@ -267,3 +269,30 @@ def test_the_fast_path_and_fit_run_on_the_lightning_and_torchmetrics_before_thei
     assert fast_path.unchecked_mean().nan_strategy == "warn"
     monkeypatch.undo()
     assert fast_path.unchecked_mean().nan_strategy == "disable"
+
+
+def test_a_compiled_step_stops_the_compile_workers_after_its_first_step(one_gpu, monkeypatch, tmp_path):
+    """After the first step of a compiled module, torch.compile's pool of compile workers is shut down
+    and later compilations run in the process (a pool left waiting slowed every step eightfold where
+    the step came from the on-disk cache); fit gives the number of workers back at its end."""
+    from torch._inductor import async_compile, config
+
+    shut = []
+    monkeypatch.setattr(
+        async_compile, "shutdown_compile_workers", lambda: shut.append(config.compile_threads)
+    )
+    monkeypatch.setattr(config, "compile_threads", 7)
+    seen = []
+
+    class Look(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            seen.append(config.compile_threads)
+
+    module = GraphedPonderLitModule(plain_module().model, lr=0.01)
+    module.compiled = True  # as compile=True leaves it, without a compilation this test does not need
+    train(module, tmp_path, clip=None, callbacks=[Look()])
+    assert shut == [1] and seen[0] == 7 and set(seen[1:]) == {1}
+    assert config.compile_threads == 7
+    plain = GraphedPonderLitModule(plain_module().model, lr=0.01)  # not compiled: the pool is left alone
+    train(plain, tmp_path / "plain", clip=None)
+    assert shut == [1]

@@ -9,7 +9,11 @@ Deliberate breaks these tests catch (each was tried):
 - the hits of every path counted, not only the first one's: test_only_the_first_paths_hits_count;
 - a graphed path without replays judged: test_a_graphed_path_that_never_replayed_tests_nothing;
 - the ratio without the graph not compared (or compared the wrong way round):
-  test_the_cause_of_a_slow_warm_step.
+  test_the_cause_of_a_slow_warm_step;
+- the kernels' device time not compared (the H200's warm step blamed on its kernels):
+  test_a_slow_warm_step_whose_kernels_keep_pace_is_the_hosts;
+- in-process hits of async_compile counted as the on-disk cache's (the H200's cold process judged
+  "found in the cache"): test_only_the_on_disk_caches_hits_count.
 """
 
 import json
@@ -101,3 +105,30 @@ def test_the_second_process_loads_the_first_ones_step(tmp_path):
         )
     # the verdict's own rule decides the status (a CPU step may time either way on a busy machine)
     assert done.returncode == (0 if result["passed"] else 1), done.stderr[-2000:]
+
+
+def profiled(process: dict, device_ms: float) -> dict:
+    """``process`` with a kernel profile of its graphed path: ``device_ms`` of device time per step."""
+    process["paths"]["graphed"]["profile"] = {"steps": 10, "ms_per_step": device_ms}
+    return process
+
+
+def test_a_slow_warm_step_whose_kernels_keep_pace_is_the_hosts():
+    """On the H200 the warm graphed step took 15.9 ms against 2.0 ms, its kernels the same 1.74 ms of the
+    device's time: the host's, not the kernels'. Kernels that take the device longer are the kernels'."""
+    cold = profiled(run(2.0, 15.0, **MISS), 1.74)
+    host = compile_cache.cause(cold, profiled(run(15.9, 29.5, **HIT), 1.74), 1.5)
+    assert host.startswith("the host") and "1.00" in host, host
+    kernels = compile_cache.cause(cold, profiled(run(15.9, 29.5, **HIT), 6.96), 1.5)
+    assert kernels.startswith("the loaded kernels themselves: longer on the device") and "4.00" in kernels
+
+
+def test_only_the_on_disk_caches_hits_count():
+    """The H200's cold process: async_compile's in-process hits (one compilation asking for a kernel
+    twice) are no hit of the on-disk cache; its verdict judges the ratio."""
+    cold = run(2.0, 15.0, **{**MISS, "inductor/async_compile_cache_hit": 19})
+    assert compile_cache.cache_hits(cold) == 0
+    passed, line = compile_cache.verdict(cold, run(15.9, 29.5, **HIT), 1.5)
+    assert not passed and line.startswith("graphed: warm/cold 7.95"), line
+    autograd = run(2.0, **{"aot_autograd/autograd_cache_hit": 1})
+    assert compile_cache.cache_hits(autograd) == 1
