@@ -225,3 +225,17 @@ def test_every_number_of_the_results_is_the_tables(results):
 def test_every_sentence_of_the_results_holds(results):
     _, holds = results
     assert [sentence for sentence, held in holds.items() if not held] == []
+
+
+def test_the_gpu_figures_are_the_shipped_measurement():
+    """The package section's GPU sentence gives what ``pretrained/gpu_fit.json`` records (it said "not
+    yet timed on a GPU" after a GPU had timed it)."""
+    import json
+
+    gpu = json.loads((PRETRAINED_DIR / "gpu_fit.json").read_text())
+    sentence = re.search(r"On one H200 .*?\)\.", section("The package and its command"), re.S)
+    assert sentence, "the README's package section says what fit's fast path did on a GPU"
+    mnist, own = gpu["samples_per_second"]["mnist-interpolation"], gpu["own_model_seconds"]
+    expected = [f"{mnist['fast']:,}", f"{mnist['plain']:,}", f"{own['gpu_fast']:.1f}"]
+    expected += [f"{own['gpu_plain']:.0f}", f"{own['cpu']:.0f}", str(own["cpu_cores"])]
+    assert NUMBER.findall(sentence.group(0).replace("H200", "")) == expected
