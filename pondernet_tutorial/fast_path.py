@@ -136,7 +136,7 @@ class FastPonderLitModule(PonderLitModule):
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         if batch_idx + 1 == self.trainer.num_training_batches:  # logged before validation and callbacks
             self.log_sums()
-        if self.compiled and self._compile_threads is None:  # the step is compiled: see that function
+        if self.compiled and self._compile_threads is None and on_cuda(self.device):  # see the function
             self._compile_threads = [stop_compile_workers()]
 
     def on_train_epoch_end(self) -> None:
@@ -152,13 +152,19 @@ class FastPonderLitModule(PonderLitModule):
             self.clip_gradients(optimizer, gradient_clip_val=self.grad_clip, gradient_clip_algorithm="norm")
 
 
+def on_cuda(device: torch.device) -> bool:
+    """Whether ``device`` is a CUDA device, where :func:`stop_compile_workers` applies (on the CPU nothing
+    changes; the tests put a stand-in in its place)."""
+    return device.type == "cuda"
+
+
 def stop_compile_workers():
     """Shut down torch.compile's pool of compile workers and compile whatever comes later (validation's
     graph, a last batch of another shape) in this process; returns the setting it replaced, for
     :func:`restore_compile_workers`.
 
-    Called once the first compiled training step has run (the compilation is done by then). On one
-    H200 (torch 2.11), in a process where torch.compile had loaded the MNIST step from its on-disk
+    Called once the first compiled training step has run on a GPU (the compilation is done by then). On
+    one H200 (torch 2.11), in a process where torch.compile had loaded the MNIST step from its on-disk
     cache, the pool of workers it had started stayed up: its two helper processes kept a core
     busy, the training process used about fifteen, and the graphed step took about 16 ms instead of 2.
     With the pool shut down after the first step, the step loaded from the cache took 2.08 ms against

@@ -20,8 +20,8 @@ Deliberate breaks these tests catch (each was tried):
   automatic count: test_a_checkpoint_resumes_on_the_other_path[plain-fast];
 - the capture putting Adam's initial rate in place of the rate it finds (a resumed run's cut lost):
   test_the_capture_keeps_the_learning_rate_it_finds;
-- a compiled module leaving torch.compile's workers running, or not giving their number back:
-  test_a_compiled_step_stops_the_compile_workers_after_its_first_step.
+- a compiled module leaving torch.compile's workers running, not giving their number back, or
+  stopping them on the CPU: test_a_compiled_step_stops_the_compile_workers_after_its_first_step.
 """
 
 import importlib
@@ -272,9 +272,10 @@ def test_the_fast_path_and_fit_run_on_the_lightning_and_torchmetrics_before_thei
 
 
 def test_a_compiled_step_stops_the_compile_workers_after_its_first_step(one_gpu, monkeypatch, tmp_path):
-    """After the first step of a compiled module, torch.compile's pool of compile workers is shut down
-    and later compilations run in the process (a pool left waiting slowed every step eightfold where
-    the step came from the on-disk cache); fit gives the number of workers back at its end."""
+    """After the first step of a compiled module on a GPU, torch.compile's pool of compile workers is
+    shut down and later compilations run in the process (a pool left waiting slowed every step
+    eightfold where the step came from the on-disk cache); fit gives the number of workers back at its
+    end. On the CPU nothing changes."""
     from torch._inductor import async_compile, config
 
     shut = []
@@ -282,6 +283,7 @@ def test_a_compiled_step_stops_the_compile_workers_after_its_first_step(one_gpu,
         async_compile, "shutdown_compile_workers", lambda: shut.append(config.compile_threads)
     )
     monkeypatch.setattr(config, "compile_threads", 7)
+    monkeypatch.setattr(fast_path, "on_cuda", lambda device: True)  # the stand-in GPU
     seen = []
 
     class Look(L.Callback):
@@ -296,3 +298,8 @@ def test_a_compiled_step_stops_the_compile_workers_after_its_first_step(one_gpu,
     plain = GraphedPonderLitModule(plain_module().model, lr=0.01)  # not compiled: the pool is left alone
     train(plain, tmp_path / "plain", clip=None)
     assert shut == [1]
+    monkeypatch.setattr(fast_path, "on_cuda", lambda device: False)  # the CPU: nothing changes
+    module = GraphedPonderLitModule(plain_module().model, lr=0.01)
+    module.compiled = True
+    train(module, tmp_path / "cpu", clip=None)
+    assert shut == [1] and config.compile_threads == 7
