@@ -2,10 +2,10 @@
 
 On one H100 the compiled, graphed MNIST step replayed 3-8x slower when ``torch.compile`` had loaded it
 from its on-disk cache; on one H200 (torch 2.11) it took 15.9 ms against 2.0 ms, with the same kernels
-taking the device the same 1.74 ms per step. The time went to the host: the pool of compile workers
-that the compilation had started and left waiting. The package's compiled modules now shut that pool
-down after their first step (:func:`pondernet_tutorial.fast_path.stop_compile_workers`); with that,
-the warm step took 2.08 ms against the cold one's 2.06 ms. This check times the same step in two fresh processes that share one cache
+taking the device the same 1.74 ms per step: the time went to the host, while the compile workers'
+pool that the compilation had started kept a core busy. The package's compiled modules now shut that
+pool down after their first step (:func:`pondernet_tutorial.fast_path.stop_compile_workers`); with
+that, the warm step took 2.08 ms against the cold one's 2.06 ms. This check times the same step in two fresh processes that share one cache
 folder: the first compiles the step and fills the folder (cold), the second finds its kernels there
 (warm). On a GPU each process times the step twice with the same compiled code: graphed, then
 without the graph. Each reports its steady milliseconds per step (after ``--warmup`` steps, which hold

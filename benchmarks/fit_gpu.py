@@ -13,8 +13,8 @@ it is measured, so a command cut short keeps what it measured. In this order:
 * ``own_model``: the own-model chapter's training cell, run as the notebook runs it (its data and step
   function read from ``book/own_model.ipynb``, its 12 epochs, its validation and sanity check): wall
   time of ``fit``, and the fast fit's graph replays (``--repeats``: the median of that many fits). On
-  the 2 CPU cores where the book is built the cell took 24.9 s (``--device cpu --ways plain --repeats
-  5 --experiments``, 2026-11-29; issue 43 had quoted 13.7 s); ``pretrained/gpu_fit.json`` holds both
+  the project's 2-core machine the cell took 24.9 s (``--device cpu --ways plain --repeats 5
+  --experiments``, 2026-11-29; issue 43 had quoted 13.7 s); ``pretrained/gpu_fit.json`` holds both
   devices' figures. A notebook on a fresh GPU runtime would add ``cuda_init_s`` and part of
   ``same_weights``' first fit;
 * ``mnist-interpolation`` and ``parity-interpolation``: the reference models, with their configs'

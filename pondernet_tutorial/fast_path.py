@@ -165,18 +165,25 @@ def stop_compile_workers():
 
     Called once the first compiled training step has run on a GPU (the compilation is done by then). On
     one H200 (torch 2.11), in a process where torch.compile had loaded the MNIST step from its on-disk
-    cache, the pool of workers it had started stayed up: its two helper processes kept a core
-    busy, the training process used about fifteen, and the graphed step took about 16 ms instead of 2.
-    With the pool shut down after the first step, the step loaded from the cache took 2.08 ms against
-    2.06 ms compiled afresh (``benchmarks/compile_cache.py``). A process started with one compile
-    thread, which starts no pool, kept pace as well (1.99 ms)."""
-    from torch._inductor import async_compile, config
+    cache, the pool's two helper processes kept a core busy, the training process used about fifteen,
+    and the graphed step took about 16 ms instead of 2. With the pool shut down after the first step,
+    the step loaded from the cache took 2.08 ms against 2.06 ms compiled afresh
+    (``benchmarks/compile_cache.py``); a process started with one compile thread, which starts no pool,
+    kept pace as well (1.99 ms). The shutdown costs each compiled fit on a GPU some seconds at its first
+    step (there: 3 to 8 s), which a step loaded from the cache wins back within a thousand steps (14 ms
+    each); a step compiled afresh gains nothing."""
+    from torch._inductor import config
 
     before = config.compile_threads
     config.compile_threads = 1
-    shutdown = getattr(async_compile, "shutdown_compile_workers", None)  # torch 2.2 and later
-    if shutdown is not None:
-        shutdown()
+    try:  # torch 2.4 and later; before, AsyncCompile lived in codecache
+        from torch._inductor.async_compile import shutdown_compile_workers
+    except ImportError:
+        from torch._inductor import codecache
+
+        shutdown_compile_workers = getattr(codecache, "shutdown_compile_workers", None)
+    if shutdown_compile_workers is not None:
+        shutdown_compile_workers()
     return before
 
 
