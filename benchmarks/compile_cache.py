@@ -2,18 +2,19 @@
 
 On one H100 the compiled, graphed MNIST step replayed 3-8x slower when ``torch.compile`` had loaded it
 from its on-disk cache; on one H200 (torch 2.11) it took 15.9 ms against 2.0 ms, with the same kernels
-taking the device the same 1.74 ms per step: the time went to the host, while the compile workers'
-pool that the compilation had started kept a core busy. The package's compiled modules now shut that
-pool down after their first step (:func:`pondernet_tutorial.fast_path.stop_compile_workers`); with
-that, the warm step took 2.08 ms against the cold one's 2.06 ms. This check times the same step in two fresh processes that share one cache
-folder: the first compiles the step and fills the folder (cold), the second finds its kernels there
-(warm). On a GPU each process times the step twice with the same compiled code: graphed, then
-without the graph. Each reports its steady milliseconds per step (after ``--warmup`` steps, which hold
-the compilation and the capture) and what it took from the cache (inductor's and AOTAutograd's
-counters), so that a slow warm step can be told apart: no hit (the cache was not used), another number
-of graphs (a recompilation), the host (the kernels' device time unchanged), slower loaded kernels,
-or what the graph recorded around them (slow graphed only). The line ``cause:`` says which. A graphed path that replayed
-no step (its capture failed, or was refused) tests nothing: the verdict says so.
+taking the device the same 1.74 ms per step: the time went to the host, while the compile workers' pool
+that the compilation had started kept a core busy. The package's compiled modules now shut that pool
+down after their first step (:func:`pondernet_tutorial.fast_path.stop_compile_workers`); with that, the
+warm step took 2.08 ms against the cold one's 2.06 ms. This check times the same step in two fresh
+processes that share one cache folder: the first compiles the step and fills the folder (cold), the
+second finds its kernels there (warm). On a GPU each process times the step twice with the same
+compiled code: graphed, then without the graph. Each reports its steady milliseconds per step (after
+``--warmup`` steps, which hold the compilation and the capture) and what it took from the cache
+(inductor's and AOTAutograd's counters), so that a slow warm step can be told apart: no hit (the cache
+was not used), another number of graphs (a recompilation), the host (the kernels' device time
+unchanged), slower loaded kernels, or what the graph recorded around them (slow graphed only). The line
+``cause:`` says which. A graphed path that replayed no step (its capture failed, or was refused) tests
+nothing: the verdict says so.
 
 Without the graph the step is bound by the host, so slower kernels can hide there. Each process
 therefore also profiles each path over ``--profile-steps`` steady steps of a second short fit of the
